@@ -1,0 +1,117 @@
+"""Argument checks shared by every op. Each error names the argument it is about."""
+import math
+
+import numpy as np
+import scipy.sparse
+
+from cupy_csrattn import _dispatch
+from cupy_csrattn.graph import CSRGraph, _graph_and_order_from_sparse, _is_cupyx_sparse
+
+
+def resolve_graph(graph):
+    """(CSRGraph, edge_order): edge_order is None, or the permutation for CSC/COO matrices.
+
+    graph edge ``e`` is the matrix's stored entry ``edge_order[e]``.
+    """
+    if isinstance(graph, CSRGraph):
+        return graph, None
+    if scipy.sparse.issparse(graph) or _is_cupyx_sparse(graph):
+        return _graph_and_order_from_sparse(graph, "full")
+    if isinstance(graph, (tuple, list)) and len(graph) in (2, 3):
+        return CSRGraph(*graph), None
+    raise TypeError(
+        "graph must be a CSRGraph, a scipy or cupyx sparse matrix, or a tuple "
+        f"(indptr, indices[, num_src]), got {type(graph).__name__}")
+
+
+def float_array(name, x):
+    """x as an array (NumPy or CuPy, as given); TypeError unless real floating point."""
+    if x is None:
+        raise TypeError(f"{name} must be a floating-point array, got None")
+    if not (isinstance(x, np.ndarray) or _dispatch.is_cupy_array(x)):
+        try:
+            x = np.asarray(x)
+        except Exception as error:
+            raise TypeError(f"{name} must be an array, got {type(x).__name__}") from error
+    if x.dtype.kind != "f":
+        raise TypeError(f"{name} must be a real floating-point array, got dtype {x.dtype}")
+    return x
+
+
+def edge_array(name, x, graph, heads="any"):
+    """Check an (E,) or (E, H) edge array; returns H (None for (E,))."""
+    if x.ndim not in (1, 2):
+        raise ValueError(f"{name} must be (E,) or (E, H), got shape {x.shape}")
+    if x.shape[0] != graph.num_edges:
+        raise ValueError(f"{name} has {x.shape[0]} rows, but the graph has {graph.num_edges} edges")
+    found = x.shape[1] if x.ndim == 2 else None
+    if heads != "any" and found != heads:
+        raise ValueError(f"{name} has shape {x.shape}, expected {_shape_text(graph.num_edges, heads)}")
+    return found
+
+
+def node_array(name, x, num_rows, rows_name, heads="any", feature_axis=True):
+    """Check a node array of shape (N, [H,] F) (or (N, [H]) without feature_axis).
+
+    Returns (H, F): H is None when the head axis is absent; F is None without feature_axis.
+    heads="any" accepts either form; otherwise the head axis must match ``heads``.
+    """
+    base = 2 if feature_axis else 1
+    if x.ndim not in (base, base + 1):
+        wanted = "(N, F) or (N, H, F)" if feature_axis else "(N,) or (N, H)"
+        raise ValueError(f"{name} must be {wanted}, got shape {x.shape}")
+    if x.shape[0] != num_rows:
+        raise ValueError(f"{name} has {x.shape[0]} rows, but the graph has {num_rows} {rows_name} nodes")
+    found = x.shape[1] if x.ndim == base + 1 else None
+    if heads != "any" and found != heads:
+        tail = ", F" if feature_axis else ""
+        expected = f"({num_rows}{tail})" if heads is None else f"({num_rows}, {heads}{tail})"
+        raise ValueError(f"{name} has shape {x.shape}; to match the other arguments it must be {expected}")
+    features = x.shape[-1] if feature_axis else None
+    return found, features
+
+
+def same_features(name, x, features, other_name):
+    if x.shape[-1] != features:
+        raise ValueError(f"{name} has {x.shape[-1]} features in its last axis, but {other_name} has {features}")
+
+
+def _shape_text(rows, heads):
+    return f"({rows},)" if heads is None else f"({rows}, {heads})"
+
+
+def finite_scalar(name, value):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def choice(name, value, options):
+    if value not in options:
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+
+
+def result_dtypes(*arrays):
+    """(result dtype, lse dtype) of float inputs: NumPy promotion; lse float32 for float16."""
+    dtype = np.result_type(*[a.dtype for a in arrays])
+    lse_dtype = np.dtype(np.float32) if dtype == np.float16 else dtype
+    return dtype, lse_dtype
+
+
+def out_array(name, out, shape, dtype, on_gpu):
+    """Check a caller's out= array: exact shape and dtype, C-contiguous, on the computing device."""
+    if on_gpu and not _dispatch.is_cupy_array(out):
+        raise TypeError(f"{name} must be a CuPy array when the op runs on the GPU, got {type(out).__name__}")
+    if not on_gpu and not isinstance(out, np.ndarray):
+        raise TypeError(f"{name} must be a NumPy array when the op runs on the CPU, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"{name} has dtype {out.dtype}, expected {np.dtype(dtype)}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(out.shape)}, expected {tuple(shape)}")
+    if not out.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    if on_gpu and out.device.id != _dispatch.cupy.cuda.Device().id:
+        raise ValueError(f"{name} is on GPU {out.device.id}, but the op runs on GPU {_dispatch.cupy.cuda.Device().id}")

@@ -1,0 +1,300 @@
+"""CSRGraph: a destination-major sparse graph (row d lists the source neighbours of d)."""
+import operator
+
+import numpy as np
+import scipy.sparse
+
+from cupy_csrattn import _dispatch
+
+_CHECK_MODES = ("full", "fast", "none")
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def _index_array(name, array, on_gpu):
+    """array as a 1-D int32/int64 array on the graph's device; TypeError/ValueError naming it."""
+    if _dispatch.is_cupy_array(array):
+        on_gpu = True
+    elif not isinstance(array, np.ndarray):
+        array = np.asarray(array)
+    if on_gpu:
+        array = _dispatch.to_device(array, True)
+    dtype = array.dtype
+    if dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {dtype}")
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
+    if dtype in (np.int32, np.int64):
+        return array
+    if dtype.itemsize < 4 or dtype == np.uint32:
+        # Every value of these types fits: int32 for the narrow ones, int64 for uint32.
+        return array.astype(np.int32 if dtype.itemsize < 4 else np.int64)
+    return array  # uint64: converted by the caller once its values are known to fit
+
+
+def _is_cupyx_sparse(obj):
+    if _dispatch.cupy is None:
+        return False
+    import cupyx.scipy.sparse
+    return cupyx.scipy.sparse.issparse(obj)
+
+
+class CSRGraph:
+    """A graph in CSR form: row ``d`` holds the source neighbours of destination ``d``.
+
+    Parameters
+    ----------
+    indptr : (num_dst + 1,) integer array
+        Row pointers; row ``d`` owns edges ``indptr[d]:indptr[d + 1]``.
+    indices : (E,) integer array
+        Source node of each edge. Duplicates are distinct edges; columns need not be sorted.
+    num_src : int, optional
+        Number of source nodes. Defaults to ``max(indices) + 1`` (a device sync on the GPU).
+    check : {"full", "fast", "none"}
+        "full" verifies the structure (indptr starts at 0, never decreases, ends at E;
+        0 <= indices < num_src; syncs once on the GPU); "fast" checks only shapes and dtypes;
+        "none" trusts the caller.
+
+    int32 and int64 arrays are kept as given (not copied); narrower or unsigned integers are
+    converted. NumPy arrays give a CPU graph, CuPy arrays a GPU graph (``device``).
+    """
+
+    def __init__(self, indptr, indices, num_src=None, *, check="full"):
+        if check not in _CHECK_MODES:
+            raise ValueError(f"check must be one of {_CHECK_MODES}, got {check!r}")
+        on_gpu = _dispatch.is_cupy_array(indptr) or _dispatch.is_cupy_array(indices)
+        indptr = _index_array("indptr", indptr, on_gpu)
+        indices = _index_array("indices", indices, on_gpu)
+        if len(indptr) == 0:
+            raise ValueError("indptr must have num_dst + 1 >= 1 entries, got an empty array")
+        xp = _dispatch.array_module(on_gpu)
+        if num_src is not None:
+            try:
+                num_src = operator.index(num_src)
+            except TypeError:
+                raise TypeError(f"num_src must be an integer, got {type(num_src).__name__}") from None
+            if num_src < 0:
+                raise ValueError(f"num_src must be >= 0, got {num_src}")
+        unsigned64 = [name for name, a in (("indptr", indptr), ("indices", indices)) if a.dtype == np.uint64]
+        if check == "full" or (unsigned64 and check == "fast" and not on_gpu):
+            for name, array in (("indptr", indptr), ("indices", indices)):
+                if array.dtype == np.uint64 and len(array) and int(array.max()) > np.iinfo(np.int64).max:  # host sync
+                    raise ValueError(f"{name} has values too large for int64")
+        indptr = indptr.astype(np.int64) if indptr.dtype == np.uint64 else indptr
+        indices = indices.astype(np.int64) if indices.dtype == np.uint64 else indices
+        if num_src is None:
+            num_src = int(indices.max()) + 1 if len(indices) else 0  # host sync
+            if len(indices) and int(indices.min()) < 0 and check != "none":  # host sync
+                raise ValueError("indices has negative entries")
+        if check == "full":
+            self._check_structure(xp, indptr, indices, num_src)
+        self.indptr = indptr
+        self.indices = indices
+        self.num_src = num_src
+        self.num_dst = len(indptr) - 1
+        self._cache = {}
+
+    @staticmethod
+    def _check_structure(xp, indptr, indices, num_src):
+        num_edges = len(indices)
+        first, last = (int(v) for v in xp.stack([indptr[0], indptr[-1]]).astype(np.int64).tolist())  # host sync
+        if first != 0:
+            raise ValueError(f"indptr must start at 0, got indptr[0] = {first}")
+        if last != num_edges:
+            raise ValueError(
+                f"indptr must end at len(indices) = {num_edges}, got indptr[-1] = {last}")
+        if len(indptr) > 1 and bool((indptr[1:] < indptr[:-1]).any()):  # host sync
+            raise ValueError("indptr must be non-decreasing")
+        if num_edges:
+            low, high = (int(v) for v in xp.stack([indices.min(), indices.max()]).tolist())  # host sync
+            if low < 0:
+                raise ValueError(f"indices must be >= 0, got {low}")
+            if high >= num_src:
+                raise ValueError(f"indices must be < num_src = {num_src}, got {high}")
+
+    # -- construction ---------------------------------------------------------------
+    @classmethod
+    def from_scipy(cls, matrix, *, check="full"):
+        """Graph of a scipy.sparse or cupyx.scipy.sparse matrix (CSR, CSC or COO), row i = destination i.
+
+        Duplicate entries stay distinct edges. For CSC and COO the graph's edge ``e`` is the
+        matrix's stored entry ``perm[e]`` (see ``from_edge_index``); ops given the matrix
+        itself take and return edge arrays in the matrix's stored order.
+        """
+        return _graph_and_order_from_sparse(matrix, check)[0]
+
+    @classmethod
+    def from_edge_index(cls, src, dst, num_dst=None, num_src=None):
+        """Graph of an edge list, edges sorted stably by destination.
+
+        Parameters
+        ----------
+        src, dst : (E,) integer arrays
+            Source and destination node of each edge.
+        num_dst, num_src : int, optional
+            Node counts; default to the largest id + 1 (a device sync on the GPU).
+
+        Returns
+        -------
+        graph : CSRGraph
+        perm : (E,) int64 array
+            Graph edge ``e`` is input edge ``perm[e]``.
+        """
+        on_gpu = _dispatch.is_cupy_array(src) or _dispatch.is_cupy_array(dst)
+        src = _index_array("src", src, on_gpu)
+        dst = _index_array("dst", dst, on_gpu)
+        if src.dtype == np.uint64 or dst.dtype == np.uint64:
+            src, dst = src.astype(np.int64), dst.astype(np.int64)
+        if len(src) != len(dst):
+            raise ValueError(f"src has {len(src)} entries but dst has {len(dst)}")
+        xp = _dispatch.array_module(on_gpu)
+        num_edges = len(dst)
+        if num_edges:
+            low, high = (int(v) for v in xp.stack([dst.min(), dst.max()]).astype(np.int64).tolist())  # host sync
+            if low < 0:
+                raise ValueError(f"dst must be >= 0, got {low}")
+        else:
+            high = -1
+        if num_dst is None:
+            num_dst = high + 1
+        else:
+            num_dst = operator.index(num_dst)
+            if high >= num_dst:
+                raise ValueError(f"dst must be < num_dst = {num_dst}, got {high}")
+        perm = xp.argsort(dst, kind="stable") if xp is np else xp.argsort(dst)  # CuPy's sort is stable
+        counts = xp.bincount(dst, minlength=num_dst) if num_edges else xp.zeros(num_dst, np.int64)
+        indptr_dtype = np.int64 if num_edges > _INT32_MAX else src.dtype
+        indptr = xp.zeros(num_dst + 1, dtype=indptr_dtype)
+        xp.cumsum(counts, out=indptr[1:])
+        graph = cls(indptr, src[perm], num_src, check="full")
+        return graph, perm
+
+    # -- attributes -----------------------------------------------------------------
+    @property
+    def num_edges(self):
+        return len(self.indices)
+
+    @property
+    def shape(self):
+        return (self.num_dst, self.num_src)
+
+    @property
+    def index_dtype(self):
+        return self.indices.dtype
+
+    @property
+    def device(self):
+        return "gpu" if _dispatch.is_cupy_array(self.indices) else "cpu"
+
+    @property
+    def xp(self):
+        """The array module of this graph's arrays (numpy or cupy)."""
+        return _dispatch.array_module(self.device == "gpu")
+
+    def __repr__(self):
+        return (f"CSRGraph(num_dst={self.num_dst}, num_src={self.num_src}, num_edges={self.num_edges}, "
+                f"index_dtype={self.index_dtype}, device={self.device!r})")
+
+    def degrees(self):
+        """(num_dst,) in-degree of each destination node, on the graph's device."""
+        return self.xp.diff(self.indptr)
+
+    def cached(self, key, build):
+        """Value cached on this graph under ``key``, built once by ``build()``.
+
+        Holds derived data (plans, expansions, the transpose); a graph's arrays must not be
+        modified in place after it is built.
+        """
+        try:
+            return self._cache[key]
+        except KeyError:
+            value = self._cache[key] = build()
+            return value
+
+    # -- device moves ---------------------------------------------------------------
+    def to_gpu(self):
+        """The same graph with CuPy arrays (this graph if already there; cached, so plans are reused)."""
+        if self.device == "gpu":
+            return self
+        if _dispatch.cupy is None:
+            raise RuntimeError("to_gpu needs CuPy, which is not installed")
+        device_id = _dispatch.cupy.cuda.Device().id
+        return self.cached(("to_gpu", device_id), lambda: _with_twin(
+            CSRGraph(_dispatch.cupy.asarray(self.indptr), _dispatch.cupy.asarray(self.indices),
+                     self.num_src, check="none"), self))
+
+    def to_cpu(self):
+        """The same graph with NumPy arrays (this graph if already there)."""
+        if self.device == "cpu":
+            return self
+        return self.cached("to_cpu", lambda: _with_twin(
+            CSRGraph(self.indptr.get(), self.indices.get(), self.num_src, check="none"), self))
+
+    # -- transpose ------------------------------------------------------------------
+    def row_of_edge(self):
+        """(E,) destination row of each edge (cached)."""
+        def build():
+            xp = self.xp
+            edges = xp.arange(self.num_edges, dtype=self.indptr.dtype)
+            rows = xp.searchsorted(self.indptr, edges, side="right") - 1
+            return rows.astype(self.index_dtype if self.num_dst <= np.iinfo(self.index_dtype).max + 1
+                               else np.int64)
+        return self.cached("row_of_edge", build)
+
+    def transpose(self):
+        """The source-major graph and its edge permutation (cached).
+
+        Returns
+        -------
+        graph_T : CSRGraph
+            Shape (num_src, num_dst): row s lists the destinations that s points to.
+        perm : (E,) int64 array
+            Edge ``e`` of ``graph_T`` is edge ``perm[e]`` of this graph. Within a row of
+            ``graph_T`` edges keep this graph's order (the sort is stable).
+        """
+        def build():
+            xp = self.xp
+            if xp is np:
+                perm = np.argsort(self.indices, kind="stable")
+            else:
+                perm = xp.argsort(self.indices)  # CuPy's sort is stable
+            perm = perm.astype(np.int64, copy=False)
+            indptr = xp.zeros(self.num_src + 1, dtype=self.indptr.dtype)
+            if self.num_edges:
+                xp.cumsum(xp.bincount(self.indices, minlength=self.num_src), out=indptr[1:])
+            dst_dtype = self.index_dtype if self.num_dst <= np.iinfo(self.index_dtype).max + 1 else np.int64
+            indices = self.row_of_edge()[perm].astype(dst_dtype, copy=False)
+            graph_t = CSRGraph(indptr, indices, self.num_dst, check="none")
+            return graph_t, perm
+        return self.cached("transpose", build)
+
+
+def _with_twin(twin, original):
+    """Let a device copy find its way back without another transfer."""
+    twin._cache["to_cpu" if original.device == "cpu" else ("to_gpu", _dispatch.cupy.cuda.Device().id)] = original
+    return twin
+
+
+def _stored_columns_of_csc(matrix, xp):
+    """Column of each stored entry of a CSC matrix."""
+    edges = xp.arange(len(matrix.indices), dtype=matrix.indptr.dtype)
+    return xp.searchsorted(matrix.indptr, edges, side="right") - 1
+
+
+def _graph_and_order_from_sparse(matrix, check):
+    """(graph, perm): perm is None for CSR, else graph edge e is the matrix's stored entry perm[e]."""
+    is_scipy = scipy.sparse.issparse(matrix)
+    if not is_scipy and not _is_cupyx_sparse(matrix):
+        raise TypeError(f"expected a scipy.sparse or cupyx.scipy.sparse matrix, got {type(matrix).__name__}")
+    fmt = matrix.format
+    num_dst, num_src = matrix.shape
+    if fmt == "csr":
+        return CSRGraph(matrix.indptr, matrix.indices, num_src, check=check), None
+    xp = np if is_scipy else _dispatch.cupy
+    if fmt == "coo":
+        dst, src = matrix.row, matrix.col
+    elif fmt == "csc":
+        dst, src = matrix.indices, _stored_columns_of_csc(matrix, xp)
+    else:
+        raise TypeError(f"sparse matrices in format {fmt!r} are not supported; convert to CSR, CSC or COO")
+    graph, perm = CSRGraph.from_edge_index(src, dst, num_dst, num_src)
+    return graph, perm

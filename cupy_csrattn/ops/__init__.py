@@ -1,0 +1,1 @@
+"""The public ops: validate arguments, choose the backend, document. Nothing else."""

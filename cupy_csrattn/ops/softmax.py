@@ -1,0 +1,85 @@
+"""edge_softmax and edge_softmax_backward."""
+import scipy.sparse
+
+from cupy_csrattn import _validate
+from cupy_csrattn._dispatch import Placement, backend_function
+from cupy_csrattn.graph import _is_cupyx_sparse
+
+
+def edge_softmax(graph, scores=None, *, out=None):
+    """Softmax of edge scores over each destination row, per head.
+
+    ``probs[e, h] = exp(scores[e, h] - m) / sum_{e' in row(e)} exp(scores[e', h] - m)``
+    with ``m`` the row maximum.
+
+    Parameters
+    ----------
+    graph : CSRGraph, scipy/cupyx sparse matrix (CSR, CSC, COO) or (indptr, indices[, num_src])
+        Row ``d`` lists the source neighbours of destination ``d``.
+    scores : (E,) or (E, H) float array, optional
+        Edge scores in the graph's edge order (a sparse matrix's stored order). May be
+        omitted when ``graph`` is a sparse matrix: its data are the scores, and the result is
+        a sparse matrix of the same class and structure.
+    out : (E,) or (E, H) array, optional
+        Written with the result and returned.
+
+    Returns
+    -------
+    probs : (E,) or (E, H) array of the scores' dtype (or a sparse matrix, see above).
+        Rows whose scores are all -inf get zero weights; a NaN score makes its own row and
+        head NaN.
+    """
+    matrix = None
+    if scores is None:
+        if not (scipy.sparse.issparse(graph) or _is_cupyx_sparse(graph)):
+            raise TypeError("scores is required unless graph is a sparse matrix whose data are the scores")
+        matrix, scores = graph, graph.data
+    g, order = _validate.resolve_graph(graph)
+    scores = _validate.float_array("scores", scores)
+    _validate.edge_array("scores", scores, g)
+    dtype, _ = _validate.result_dtypes(scores)
+    place = Placement(g, order, [scores, out])
+    kernel = backend_function("edge_softmax", "edge_softmax", place.on_gpu, "softmax")
+    canonical = place.edge_input(scores, dtype)
+    work, result = place.output("out", out, scores.shape, dtype, canonical.shape, edge=True)
+    kernel(place.graph, canonical, work)
+    place.finish()
+    if matrix is None:
+        return result
+    if matrix.format == "coo":
+        return type(matrix)((result, (matrix.row, matrix.col)), shape=matrix.shape)
+    return type(matrix)((result, matrix.indices, matrix.indptr), shape=matrix.shape)
+
+
+def edge_softmax_backward(graph, probs, grad_probs, *, out=None):
+    """Gradient of edge_softmax with respect to its scores.
+
+    ``grad_scores[e] = probs[e] * (grad_probs[e] - sum_{e' in row(e)} probs[e'] * grad_probs[e'])``
+
+    Parameters
+    ----------
+    graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
+    probs : (E,) or (E, H) float array
+        The output of edge_softmax.
+    grad_probs : (E,) or (E, H) float array
+        Gradient of the loss with respect to probs.
+    out : (E,) or (E, H) array, optional
+
+    Returns
+    -------
+    grad_scores : (E,) or (E, H) array
+    """
+    g, order = _validate.resolve_graph(graph)
+    probs = _validate.float_array("probs", probs)
+    grad_probs = _validate.float_array("grad_probs", grad_probs)
+    heads = _validate.edge_array("probs", probs, g)
+    _validate.edge_array("grad_probs", grad_probs, g, heads=heads)
+    dtype, _ = _validate.result_dtypes(probs, grad_probs)
+    place = Placement(g, order, [probs, grad_probs, out])
+    kernel = backend_function("edge_softmax_backward", "edge_softmax_backward", place.on_gpu, "softmax")
+    probs_c = place.edge_input(probs, dtype)
+    grad_c = place.edge_input(grad_probs, dtype)
+    work, result = place.output("out", out, probs.shape, dtype, probs_c.shape, edge=True)
+    kernel(place.graph, probs_c, grad_c, work)
+    place.finish()
+    return result
