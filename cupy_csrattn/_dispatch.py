@@ -106,7 +106,7 @@ class Placement:
         if self.edge_order is not None:
             x = x[self.edge_order]
         x = self.xp.ascontiguousarray(x.astype(dtype, copy=False))
-        return x.reshape(x.shape[0], -1)
+        return x.reshape(x.shape[0], 1) if x.ndim == 1 else x
 
     def output(self, name, out, shape, dtype, canonical_shape, edge=False):
         """(array handed to the backend, array returned to the caller)."""

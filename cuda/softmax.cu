@@ -1,0 +1,178 @@
+// Row-wise softmax over the edges of each destination row, per head, and its backward.
+//
+// Modes (template MODE, one extern "C" entry point each):
+//   0 SOFTMAX        out = exp(s - lse_row)
+//   1 LSE            lse_out[row] = log sum exp(s) (no edge output)
+//   2 GRAD_PROBS     out = p * (g - sum_row p*g), p given
+//   3 GRAD_SCORES    out = p * (g - sum_row p*g), p = exp(s - lse_in[row])
+//
+// Mapping: one warp per work item (edges [begin, end) of one row; see Item). A row's
+// (E_row, H) slice is contiguous, so lanes take (edge, head) pairs: for a group of
+// G = min(32, H) heads, lane l works on head l % G of edges begin + l / G + k * (32 / G),
+// giving coalesced loads for every H. Per-lane partial states of the same head are merged
+// in a fixed order through shared memory (8 warps x 32 states), so results are
+// deterministic. Items covering a whole row finish in one launch (the second pass rereads
+// the row from L1/L2); rows split over several items write partial states, merged by
+// softmax_merge_* (one warp per split row) and applied by softmax_write_*.
+// Bound: memory; each (E, H) input is read from DRAM once.
+
+#define BLOCK_WARPS 8
+
+template <int MODE>
+struct RowReduce {
+    // Modes 0/1 keep an online-softmax state; modes 2/3 keep sum(p * g) in .l.
+    static __device__ __forceinline__ SoftmaxState empty() {
+        SoftmaxState s = empty_state();
+        if (MODE >= 2) s.m = 0;
+        return s;
+    }
+    static __device__ __forceinline__ SoftmaxState merge(SoftmaxState a, SoftmaxState b) {
+        if (MODE <= 1) return merge_states(a, b);
+        a.l += b.l;
+        return a;
+    }
+};
+
+template <int MODE>
+__device__ __forceinline__ acc_t edge_prob(const scalar_t* a, const lse_t* lse_in, i64 row, int H, int head, i64 pos) {
+    acc_t value = load_scalar(a + pos);
+    if (MODE == 3) return prob_from_lse(value, lse_in[row * H + head]);
+    return value;
+}
+
+// Merges the per-lane states of each head into lane (head - head0) of shared memory and
+// returns the merged state of this lane's head to every lane.
+template <int MODE>
+__device__ __forceinline__ SoftmaxState warp_merge(SoftmaxState mine, SoftmaxState* buf, int lane, int G, int R) {
+    buf[lane] = mine;
+    __syncwarp();
+    if (lane < G) {
+        SoftmaxState merged = buf[lane];
+        for (int r = 1; r < R; ++r) merged = RowReduce<MODE>::merge(merged, buf[lane + r * G]);
+        buf[lane] = merged;
+    }
+    __syncwarp();
+    SoftmaxState result = buf[lane % G];
+    __syncwarp();
+    return result;
+}
+
+template <int MODE>
+__device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
+                                            scalar_t* out, i64 row, i64 begin, i64 end, int H, int head,
+                                            int lane_edge, int R, bool active, SoftmaxState row_state) {
+    if (!active) return;
+    acc_t row_lse = state_lse(row_state);
+    for (i64 e = begin + lane_edge; e < end; e += R) {
+        i64 pos = e * H + head;
+        if (MODE == 0) {
+            store_scalar(out + pos, prob_from_lse(load_scalar(a + pos), row_lse));
+        } else {
+            acc_t p = edge_prob<MODE>(a, lse_in, row, H, head, pos);
+            store_scalar(out + pos, p * (load_scalar(g + pos) - row_state.l));
+        }
+    }
+}
+
+template <int MODE>
+__device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i64 num_whole, int H,
+                                             const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
+                                             scalar_t* out, lse_t* lse_out, SoftmaxState* partial) {
+    __shared__ SoftmaxState shared[BLOCK_WARPS][WARP];
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    i64 index = (i64)blockIdx.x * BLOCK_WARPS + warp;
+    if (index >= num_items) return;
+    Item item = load_item(items, index);
+    for (int head0 = 0; head0 < H; head0 += WARP) {
+        int G = min(WARP, H - head0), R = WARP / G;
+        bool active = lane < G * R;
+        int head = head0 + lane % G, lane_edge = lane / G;
+        SoftmaxState state = RowReduce<MODE>::empty();
+        if (active) {
+            for (i64 e = item.begin + lane_edge; e < item.end; e += R) {
+                i64 pos = e * H + head;
+                if (MODE <= 1) {
+                    state = add_score(state, load_scalar(a + pos));
+                } else {
+                    state.l += edge_prob<MODE>(a, lse_in, item.row, H, head, pos) * load_scalar(g + pos);
+                }
+            }
+        }
+        SoftmaxState row_state = warp_merge<MODE>(state, shared[warp], lane, G, R);
+        if (item.split >= 0) {
+            if (lane < G) partial[(index - num_whole) * H + head] = row_state;
+        } else if (MODE == 1) {
+            if (lane < G) lse_out[item.row * H + head] = state_lse(row_state);
+        } else {
+            write_edges<MODE>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lane_edge, R, active,
+                              row_state);
+        }
+    }
+}
+
+// One warp per split row: merges the row's partial states (in item order) into row_states
+// (or, in mode 1, into lse_out). split_rows holds (row, first partial, count) triples.
+template <int MODE>
+__device__ __forceinline__ void softmax_merge(const i64* split_rows, i64 num_split, int H,
+                                              const SoftmaxState* partial, SoftmaxState* row_states,
+                                              lse_t* lse_out) {
+    __shared__ SoftmaxState shared[BLOCK_WARPS][WARP];
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    i64 index = (i64)blockIdx.x * BLOCK_WARPS + warp;
+    if (index >= num_split) return;
+    i64 row = split_rows[3 * index], first = split_rows[3 * index + 1], count = split_rows[3 * index + 2];
+    for (int head0 = 0; head0 < H; head0 += WARP) {
+        int G = min(WARP, H - head0), R = WARP / G;
+        int head = head0 + lane % G;
+        SoftmaxState state = RowReduce<MODE>::empty();
+        if (lane < G * R) {
+            for (i64 c = lane / G; c < count; c += R) state = RowReduce<MODE>::merge(state, partial[(first + c) * H + head]);
+        }
+        SoftmaxState row_state = warp_merge<MODE>(state, shared[warp], lane, G, R);
+        if (lane < G) {
+            if (MODE == 1) lse_out[row * H + head] = state_lse(row_state);
+            else row_states[index * H + head] = row_state;
+        }
+    }
+}
+
+// One warp per split item: applies its row's merged state to the item's edges.
+template <int MODE>
+__device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i64 num_whole, int H,
+                                              const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
+                                              scalar_t* out, const SoftmaxState* row_states) {
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    i64 index = num_whole + (i64)blockIdx.x * BLOCK_WARPS + warp;
+    if (index >= num_items) return;
+    Item item = load_item(items, index);
+    for (int head0 = 0; head0 < H; head0 += WARP) {
+        int G = min(WARP, H - head0), R = WARP / G;
+        int head = head0 + lane % G;
+        write_edges<MODE>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lane / G, R, lane < G * R,
+                          row_states[item.split * H + head]);
+    }
+}
+
+#define SOFTMAX_ENTRY_POINTS(MODE, NAME)                                                                       \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                         \
+        softmax_rows_##NAME(const i64* items, i64 num_items, i64 num_whole, int H, const scalar_t* a,         \
+                            const scalar_t* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out,           \
+                            SoftmaxState* partial) {                                                          \
+        softmax_rows<MODE>(items, num_items, num_whole, H, a, g, lse_in, out, lse_out, partial);             \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                         \
+        softmax_merge_##NAME(const i64* split_rows, i64 num_split, int H, const SoftmaxState* partial,       \
+                             SoftmaxState* row_states, lse_t* lse_out) {                                      \
+        softmax_merge<MODE>(split_rows, num_split, H, partial, row_states, lse_out);                         \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                         \
+        softmax_write_##NAME(const i64* items, i64 num_items, i64 num_whole, int H, const scalar_t* a,        \
+                             const scalar_t* g, const lse_t* lse_in, scalar_t* out,                           \
+                             const SoftmaxState* row_states) {                                                \
+        softmax_write<MODE>(items, num_items, num_whole, H, a, g, lse_in, out, row_states);                  \
+    }
+
+SOFTMAX_ENTRY_POINTS(0, forward)
+SOFTMAX_ENTRY_POINTS(1, lse)
+SOFTMAX_ENTRY_POINTS(2, grad_probs)
+SOFTMAX_ENTRY_POINTS(3, grad_scores)

@@ -1,0 +1,68 @@
+"""The per-graph work plan: which warp handles which edges of which row.
+
+Rows of up to WHOLE_ROW_EDGES edges are one work item each (empty rows too: their outputs
+must be written). Longer rows are split into at most MAX_CHUNKS items of at least
+WHOLE_ROW_EDGES edges; their partial states are merged per row in item order, so results
+do not depend on scheduling. The plan is built once per graph and device (one host sync
+to size it) and cached on the graph.
+"""
+import numpy as np
+
+from cupy_csrattn import _dispatch
+
+WHOLE_ROW_EDGES = 1024
+MAX_CHUNKS = 1024
+
+
+class Plan:
+    """items: (num_items, 4) int64 rows (row, begin, end, split row or -1), whole-row items first;
+    split_rows: (num_split, 3) int64 rows (row, first split item, item count)."""
+
+    def __init__(self, items, num_whole, split_rows):
+        self.items = items
+        self.num_items = len(items)
+        self.num_whole = num_whole
+        self.num_split_items = self.num_items - num_whole
+        self.split_rows = split_rows
+        self.num_split = len(split_rows)
+
+
+def _build(graph):
+    cupy = _dispatch.cupy
+    indptr = graph.indptr.astype(np.int64, copy=False)
+    degrees = cupy.diff(indptr)
+    is_split = degrees > WHOLE_ROW_EDGES
+    whole = cupy.flatnonzero(~is_split)
+    whole_items = cupy.stack([whole, indptr[whole], indptr[whole + 1], cupy.full_like(whole, -1)], axis=1)
+
+    split = cupy.flatnonzero(is_split)
+    split_degrees = degrees[split]
+    chunk = cupy.maximum(WHOLE_ROW_EDGES, -(-split_degrees // MAX_CHUNKS))
+    counts = -(-split_degrees // chunk)
+    first = cupy.cumsum(counts) - counts
+    num_split_items = int(counts.sum()) if len(split) else 0  # host sync (once per graph)
+    item = cupy.arange(num_split_items, dtype=np.int64)
+    owner = cupy.searchsorted(first, item, side="right") - 1  # split-row index of each item
+    begin = indptr[split][owner] + (item - first[owner]) * chunk[owner]
+    end = cupy.minimum(begin + chunk[owner], indptr[split + 1][owner])
+    split_items = cupy.stack([split[owner], begin, end, owner], axis=1)
+
+    items = cupy.ascontiguousarray(cupy.concatenate([whole_items, split_items]).astype(np.int64))
+    split_rows = cupy.ascontiguousarray(cupy.stack([split, first, counts], axis=1).astype(np.int64))
+    return Plan(items, len(whole), split_rows)
+
+
+def plan_for(graph):
+    """The cached plan of a GPU graph (built on first use)."""
+    return graph.cached("gpu_plan", lambda: _build(graph))
+
+
+def transposed(graph):
+    """(graph_T, perm as a device int64 array), cached on the graph."""
+    return graph.transpose()
+
+
+def row_of_edge(graph):
+    """(E,) row of each edge in the graph's index dtype (cached)."""
+    return graph.cached("gpu_row_of_edge",
+                        lambda: graph.row_of_edge().astype(graph.index_dtype, copy=False))

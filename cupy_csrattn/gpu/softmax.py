@@ -1,0 +1,33 @@
+"""Launchers of cuda/softmax.cu: edge_softmax, its backward, and row log-sum-exp."""
+from cupy_csrattn.gpu import plan as plans
+from cupy_csrattn.gpu._launch import NULL, acc_dtype, i32, i64, launch, scratch, warp_grid
+
+
+def run_rows(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
+    """Run softmax mode `mode` (forward, lse, grad_probs, grad_scores) over an (E, H) array `a`."""
+    plan = plans.plan_for(graph)
+    heads = a.shape[1]
+    dtype, index_dtype = a.dtype, graph.index_dtype
+    state_dtype = acc_dtype(dtype)
+    partial = scratch((plan.num_split_items, heads, 2), state_dtype) if plan.num_split_items else NULL
+    pointers = (NULL if g is None else g, NULL if lse_in is None else lse_in, NULL if out is None else out)
+    launch("softmax", f"softmax_rows_{mode}", dtype, index_dtype, warp_grid(plan.num_items),
+           (plan.items, i64(plan.num_items), i64(plan.num_whole), i32(heads), a, *pointers,
+            NULL if lse_out is None else lse_out, partial))
+    if not plan.num_split:
+        return
+    row_states = scratch((plan.num_split, heads, 2), state_dtype)
+    launch("softmax", f"softmax_merge_{mode}", dtype, index_dtype, warp_grid(plan.num_split),
+           (plan.split_rows, i64(plan.num_split), i32(heads), partial, row_states,
+            NULL if lse_out is None else lse_out))
+    if mode != "lse":
+        launch("softmax", f"softmax_write_{mode}", dtype, index_dtype, warp_grid(plan.num_split_items),
+               (plan.items, i64(plan.num_items), i64(plan.num_whole), i32(heads), a, *pointers, row_states))
+
+
+def edge_softmax(graph, scores, out):
+    run_rows("forward", graph, scores, out=out)
+
+
+def edge_softmax_backward(graph, probs, grad_probs, out):
+    run_rows("grad_probs", graph, probs, g=grad_probs, out=out)

@@ -1,0 +1,148 @@
+"""GPU kernels against the CPU backend, with every kernel path forced on small graphs.
+
+The plan splits rows longer than plan.WHOLE_ROW_EDGES into items; here that threshold is
+lowered so that split rows, their merges and the split write kernels run on graphs small
+enough to check against the CPU backend (itself checked against the loop reference).
+"""
+import numpy as np
+import pytest
+
+import cupy_csrattn as ca
+from helpers import require_cupy
+
+TOL = {np.float64: 1e-10, np.float32: 1e-5, np.float16: 2e-3}
+
+
+@pytest.fixture
+def cupy():
+    return require_cupy()
+
+
+@pytest.fixture(params=[(1024, 1024), (4, 3), (1, 2)], ids=["default-plan", "split-4x3", "split-1x2"])
+def plan_limits(request, monkeypatch):
+    from cupy_csrattn.gpu import plan
+    whole, chunks = request.param
+    monkeypatch.setattr(plan, "WHOLE_ROW_EDGES", whole)
+    monkeypatch.setattr(plan, "MAX_CHUNKS", chunks)
+    return request.param
+
+
+def _graph(rng, index_dtype, num_dst=40, num_src=33, hub=3000):
+    degrees = rng.integers(0, 12, num_dst)
+    degrees[::7] = 0
+    degrees[5] = hub  # a hub row, split under every plan
+    indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(index_dtype)
+    indices = rng.integers(0, num_src, indptr[-1]).astype(index_dtype)
+    return ca.CSRGraph(indptr, indices, num_src)
+
+
+def _close(cupy, got, want, dtype):
+    got = cupy.asnumpy(got).astype(np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    assert not np.isnan(got).any(), "unwritten (NaN-poisoned) or NaN output"
+    scale = max(1.0, float(np.abs(want).max(initial=0.0)))
+    np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype] * scale)
+
+
+def _poisoned(cupy, shape, dtype):
+    return cupy.full(shape, np.nan, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("heads,features", [(None, 5), (1, 64), (3, 7), (8, 16), (40, 1), (2, 70)])
+def test_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
+    rng = np.random.default_rng(7)
+    g = _graph(rng, index_dtype)
+    gg = g.to_gpu()
+    E = g.num_edges
+    edge_shape = (E,) if heads is None else (E, heads)
+    node = lambda n: (n, features) if heads is None else (n, heads, features)
+    scores = (rng.standard_normal(edge_shape) * 3).astype(dtype)
+    grad_edges = rng.standard_normal(edge_shape).astype(dtype)
+    values = rng.standard_normal(node(g.num_src)).astype(dtype)
+    grad_out = rng.standard_normal(node(g.num_dst)).astype(dtype)
+    d = cupy.asarray
+
+    probs = ca.edge_softmax(g, scores)
+    out = _poisoned(cupy, edge_shape, dtype)
+    ca.edge_softmax(gg, d(scores), out=out)
+    _close(cupy, out, probs, dtype)
+    _close(cupy, ca.edge_softmax_backward(gg, d(probs), d(grad_edges)),
+           ca.edge_softmax_backward(g, probs, grad_edges), dtype)
+
+    for weights in (None, scores):
+        want = ca.spmm(g, weights, values)
+        out = _poisoned(cupy, want.shape, dtype)
+        ca.spmm(gg, None if weights is None else d(weights), d(values), out=out)
+        _close(cupy, out, want, dtype)
+        want_w, want_v = ca.spmm_backward(g, weights, values, grad_out)
+        got_w, got_v = ca.spmm_backward(gg, None if weights is None else d(weights), d(values), d(grad_out))
+        _close(cupy, got_v, want_v, dtype)
+        if weights is None:
+            assert got_w is None
+        else:
+            _close(cupy, got_w, want_w, dtype)
+
+    want_out, want_lse = ca.attention_aggregate(g, scores, values, return_lse=True)
+    out = _poisoned(cupy, want_out.shape, dtype)
+    got_out, got_lse = ca.attention_aggregate(gg, d(scores), d(values), out=out, return_lse=True)
+    assert got_out is out
+    _close(cupy, got_out, want_out, dtype)
+    finite = np.isfinite(want_lse)
+    assert np.array_equal(np.isfinite(cupy.asnumpy(got_lse)), finite)
+    _close(cupy, cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
+    for lse in (None, want_lse):
+        want_s, want_v = ca.attention_aggregate_backward(g, scores, values, grad_out, lse=lse)
+        got_s, got_v = ca.attention_aggregate_backward(gg, d(scores), d(values), d(grad_out),
+                                                       lse=None if lse is None else d(lse))
+        _close(cupy, got_s, want_s, dtype)
+        _close(cupy, got_v, want_v, dtype)
+
+
+def test_special_rows_on_gpu(cupy, plan_limits):
+    """All -inf rows give zero weights and lse -inf; a NaN stays in its own row and head."""
+    rng = np.random.default_rng(3)
+    g = _graph(rng, np.int32)
+    H, F = 2, 3
+    scores = rng.standard_normal((g.num_edges, H))
+    ip = g.indptr
+    scores[ip[1]:ip[2], :] = -np.inf          # row 1: all -inf, both heads
+    scores[ip[5] + 17, 1] = np.nan            # hub row 5, head 1 only
+    values = rng.standard_normal((g.num_src, H, F))
+    want_out, want_lse = ca.attention_aggregate(g, scores, values, return_lse=True)
+    got_out, got_lse = ca.attention_aggregate(g.to_gpu(), cupy.asarray(scores), cupy.asarray(values),
+                                              return_lse=True)
+    got_out, got_lse = cupy.asnumpy(got_out), cupy.asnumpy(got_lse)
+    assert np.array_equal(np.isnan(got_out), np.isnan(want_out))
+    assert np.isnan(got_out[5, 1]).all() and not np.isnan(got_out[5, 0]).any()
+    assert (got_out[1] == 0).all() and np.isneginf(got_lse[1]).all()
+    ok = ~np.isnan(want_out)
+    np.testing.assert_allclose(got_out[ok], want_out[ok], rtol=1e-12, atol=1e-12)
+    probs = cupy.asnumpy(ca.edge_softmax(g.to_gpu(), cupy.asarray(scores)))
+    assert (probs[ip[1]:ip[2]] == 0).all()
+    assert np.isnan(probs[ip[5]:ip[6], 1]).all() and not np.isnan(probs[ip[5]:ip[6], 0]).any()
+
+
+def test_bitwise_reproducible(cupy, plan_limits):
+    rng = np.random.default_rng(11)
+    g = _graph(rng, np.int32, hub=20000).to_gpu()
+    H, F = 4, 16
+    scores = cupy.asarray(rng.standard_normal((g.num_edges, H)).astype(np.float32))
+    values = cupy.asarray(rng.standard_normal((g.num_src, H, F)).astype(np.float32))
+    grad_out = cupy.asarray(rng.standard_normal((g.num_dst, H, F)).astype(np.float32))
+
+    def run():
+        out, lse = ca.attention_aggregate(g, scores, values, return_lse=True)
+        grads = ca.attention_aggregate_backward(g, scores, values, grad_out, lse=lse)
+        return [cupy.asnumpy(a) for a in (out, lse, *grads, ca.edge_softmax(g, scores))]
+
+    first, second = run(), run()
+    for a, b in zip(first, second):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_no_launch_on_empty_graph(cupy):
+    g = ca.CSRGraph(cupy.zeros(1, dtype=np.int32), cupy.zeros(0, dtype=np.int32), 0)
+    out, lse = ca.attention_aggregate(g, cupy.zeros((0, 2)), cupy.zeros((0, 2, 3)), return_lse=True)
+    assert out.shape == (0, 2, 3) and lse.shape == (0, 2)
