@@ -8,17 +8,19 @@
 //   3 SOFTMAX     w = softmax over the row of scores[e, h], online (attention_aggregate)
 //   4 PROB_PERM   w = exp(scores[perm[e], h] - lse[col(e), h])  (attention backward on the transpose)
 //
-// Mapping: one warp per work item (edges [begin, end) of one row). Lanes cover the row's
-// H * F features in tiles of 32 * NACC: lane owns features tile + lane + 32 t, so every
-// gather of X[col] is coalesced and each edge's index is loaded once for all heads. Mode 3
-// keeps an online-softmax state (m, l) next to each accumulator and rescales when the max
-// grows. Items that cover a whole row write the output directly; split rows write
+// Mapping: one warp per work item (edges [begin, end) of one row); lanes cover the row's
+// H * F features, so every gather of X[col] is coalesced. For H <= 32 the batched path
+// (aggregate_batched_v{1,2,4}_*: VEC-element loads, VEC chosen by the launcher from F and
+// alignment) computes each (edge, head) weight once in one lane and shares it by shuffle;
+// for more heads, aggregate_rows_* gives each lane single features and keeps an online
+// softmax state (m, l) next to each accumulator. Items that cover a whole row write the output directly; split rows write
 // unnormalized partial accumulators and states, merged in item order by aggregate_merge_*
 // (deterministic, no atomics). Bound: memory (the gather of X dominates).
 
 #define BLOCK_WARPS 8
 #define NACC 4
 #define TILE (WARP * NACC)
+#define BATCH_ACC 2  // vectors per lane per tile in the batched path (more spills registers)
 
 template <int WMODE>
 __device__ __forceinline__ acc_t edge_weight(const scalar_t* weights, const i64* perm, const lse_t* lse, i64 e,
@@ -31,8 +33,166 @@ __device__ __forceinline__ acc_t edge_weight(const scalar_t* weights, const i64*
     return prob_from_lse(load_scalar(weights + source), lse[col * H + head]);
 }
 
+// Weight of (edge e, head h) for the batched path; the softmax mode returns exp(s - m).
 template <int WMODE>
-__device__ __forceinline__ void aggregate_rows(const i64* items, i64 num_items, i64 num_whole, int H, int F,
+__device__ __forceinline__ acc_t batch_weight(const scalar_t* weights, const i64* perm, const lse_t* lse, i64 e,
+                                              i64 col, int H, int head, acc_t row_max) {
+    if (WMODE == 3) {
+        acc_t score = load_scalar(weights + e * H + head);
+        return score == neg_inf() ? (acc_t)0 : exp_acc(score - row_max);
+    }
+    return edge_weight<WMODE>(weights, perm, lse, e, col, H, head);
+}
+
+// Loads VEC consecutive elements (VEC * sizeof(scalar_t) bytes, aligned by the launcher).
+template <int VEC>
+__device__ __forceinline__ void load_vec(const scalar_t* p, acc_t* v) {
+    constexpr int BYTES = VEC * (int)sizeof(scalar_t);
+    union {
+        scalar_t s[VEC];
+        unsigned char b[BYTES];
+        int4 q4[BYTES >= 16 ? BYTES / 16 : 1];
+        int2 q2[BYTES >= 8 ? BYTES / 8 : 1];
+        int q1[BYTES >= 4 ? BYTES / 4 : 1];
+    } u;
+    if (BYTES % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < BYTES / 16; ++i) u.q4[i] = __ldg(reinterpret_cast<const int4*>(p) + i);
+    } else if (BYTES == 8) {
+        u.q2[0] = __ldg(reinterpret_cast<const int2*>(p));
+    } else if (BYTES == 4) {
+        u.q1[0] = __ldg(reinterpret_cast<const int*>(p));
+    } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) u.s[i] = __ldg(p + i);
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] = to_acc(u.s[i]);
+}
+
+// Batched path, H <= 32: a batch of B = 32 / H edges at a time; lane k * H + h loads edge
+// k's index and computes its weight for head h once, then every lane takes them by shuffle
+// while gathering its VEC-wide slices of the H * F features of each edge. In softmax mode a
+// first pass over the row's scores finds each head's max, so each weight is one exp.
+template <int WMODE, int VEC>
+__device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num_items, i64 num_whole, int H, int F,
+                                                       const idx_t* indices, const scalar_t* weights,
+                                                       const i64* perm, const lse_t* lse_in, const scalar_t* X,
+                                                       scalar_t* out, lse_t* lse_out, acc_t* partial_acc,
+                                                       SoftmaxState* partial_state) {
+    __shared__ acc_t shared[BLOCK_WARPS][WARP];
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    i64 index = (i64)blockIdx.x * BLOCK_WARPS + warp;
+    if (index >= num_items) return;
+    Item item = load_item(items, index);
+    const int HF = H * F;
+    const int B = WARP / H;  // edges per batch
+    const bool weight_lane = lane < B * H;
+    const int my_head = lane % H, my_edge = lane / H;
+    acc_t* buf = shared[warp];
+
+    // Softmax mode: the max of each head over the item's edges (all lanes of a head agree).
+    acc_t head_max = 0;
+    if (WMODE == 3) {
+        acc_t m = neg_inf();
+        if (weight_lane) {
+            for (i64 e = item.begin + my_edge; e < item.end; e += B) {
+                acc_t score = load_scalar(weights + e * H + my_head);
+                m = (score != score || m != m) ? score + m : (score > m ? score : m);
+            }
+        }
+        buf[lane] = m;
+        __syncwarp();
+        if (lane < H) {
+            for (int k = 1; k < B; ++k) {
+                acc_t other = buf[lane + k * H];
+                m = (other != other || m != m) ? other + m : (other > m ? other : m);
+            }
+            buf[lane] = m;
+        }
+        __syncwarp();
+        head_max = buf[my_head];
+        __syncwarp();
+    }
+
+    for (int tile = 0; tile < HF; tile += WARP * VEC * BATCH_ACC) {
+        acc_t acc[BATCH_ACC][VEC];
+        int head[BATCH_ACC];
+        bool valid[BATCH_ACC];
+#pragma unroll
+        for (int t = 0; t < BATCH_ACC; ++t) {
+            int j = tile + (lane + WARP * t) * VEC;
+            valid[t] = j < HF;
+            head[t] = valid[t] ? j / F : 0;
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) acc[t][v] = 0;
+        }
+        acc_t weight_sum = 0;  // per weight lane: sum of its (edge, head) weights
+        for (i64 e0 = item.begin; e0 < item.end; e0 += B) {
+            int batch = (int)min((i64)B, item.end - e0);
+            i64 my_col = 0;
+            acc_t my_weight = 0;
+            if (weight_lane && my_edge < batch) {
+                i64 e = e0 + my_edge;
+                my_col = indices[e];
+                my_weight = batch_weight<WMODE>(weights, perm, lse_in, e, my_col, H, my_head, head_max);
+                weight_sum += my_weight;
+            }
+#pragma unroll 4
+            for (int k = 0; k < batch; ++k) {
+                i64 col = __shfl_sync(FULL_MASK, my_col, k * H);
+                const scalar_t* x_row = X + col * HF + tile + lane * VEC;
+#pragma unroll
+                for (int t = 0; t < BATCH_ACC; ++t) {
+                    acc_t w = __shfl_sync(FULL_MASK, my_weight, k * H + head[t]);
+                    if (!valid[t]) continue;
+                    acc_t x[VEC];
+                    load_vec<VEC>(x_row + WARP * VEC * t, x);
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) acc[t][v] += w * x[v];
+                }
+            }
+        }
+        // Each head's weight sum, merged over its lanes in a fixed order.
+        if (WMODE == 3) {
+            buf[lane] = weight_sum;
+            __syncwarp();
+            if (lane < H) {
+                for (int k = 1; k < B; ++k) weight_sum += buf[lane + k * H];
+                buf[lane] = weight_sum;
+                if (tile == 0) {  // the row (or chunk) state of head `lane`, once
+                    SoftmaxState state;
+                    state.m = head_max;
+                    state.l = weight_sum;
+                    if (item.split >= 0) partial_state[(index - num_whole) * H + lane] = state;
+                    else if (lse_out != 0) lse_out[item.row * H + lane] = state_lse(state);
+                }
+            }
+            __syncwarp();
+        }
+#pragma unroll
+        for (int t = 0; t < BATCH_ACC; ++t) {
+            if (!valid[t]) continue;
+            int j = tile + (lane + WARP * t) * VEC;
+            acc_t head_sum = WMODE == 3 ? buf[head[t]] : (acc_t)1;
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) {
+                acc_t value = acc[t][v];
+                if (item.split >= 0) {
+                    partial_acc[(index - num_whole) * HF + j + v] = value;
+                } else if (WMODE == 3) {
+                    store_scalar(out + item.row * HF + j + v, head_sum == 0 ? (acc_t)0 : value / head_sum);
+                } else {
+                    store_scalar(out + item.row * HF + j + v, value);
+                }
+            }
+        }
+        __syncwarp();  // buf is rewritten by the next tile
+    }
+}
+
+template <int WMODE>
+__device__ __forceinline__ void aggregate_rows_wide(const i64* items, i64 num_items, i64 num_whole, int H, int F,
                                                const idx_t* indices, const scalar_t* weights, const i64* perm,
                                                const lse_t* lse_in, const scalar_t* X, scalar_t* out,
                                                lse_t* lse_out, acc_t* partial_acc, SoftmaxState* partial_state) {
@@ -126,14 +286,28 @@ __device__ __forceinline__ void aggregate_merge(const i64* split_rows, i64 num_s
     }
 }
 
+#define AGGREGATE_ARGS                                                                                       \
+    const i64 *items, i64 num_items, i64 num_whole, int H, int F, const idx_t *indices, const scalar_t *weights, \
+        const i64 *perm, const lse_t *lse_in, const scalar_t *X, scalar_t *out, lse_t *lse_out, acc_t *partial_acc, \
+        SoftmaxState *partial_state
+#define AGGREGATE_PASS \
+    items, num_items, num_whole, H, F, indices, weights, perm, lse_in, X, out, lse_out, partial_acc, partial_state
+
 #define AGGREGATE_ENTRY_POINTS(WMODE, NAME)                                                                   \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP) aggregate_rows_##NAME(AGGREGATE_ARGS) {  \
+        aggregate_rows_wide<WMODE>(AGGREGATE_PASS);                                                          \
+    }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                        \
-        aggregate_rows_##NAME(const i64* items, i64 num_items, i64 num_whole, int H, int F,                  \
-                              const idx_t* indices, const scalar_t* weights, const i64* perm,                \
-                              const lse_t* lse_in, const scalar_t* X, scalar_t* out, lse_t* lse_out,         \
-                              acc_t* partial_acc, SoftmaxState* partial_state) {                             \
-        aggregate_rows<WMODE>(items, num_items, num_whole, H, F, indices, weights, perm, lse_in, X, out,     \
-                              lse_out, partial_acc, partial_state);                                          \
+        aggregate_batched_v1_##NAME(AGGREGATE_ARGS) {                                                        \
+        aggregate_rows_batched<WMODE, 1>(AGGREGATE_PASS);                                                    \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                        \
+        aggregate_batched_v2_##NAME(AGGREGATE_ARGS) {                                                        \
+        aggregate_rows_batched<WMODE, 2>(AGGREGATE_PASS);                                                    \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                        \
+        aggregate_batched_v4_##NAME(AGGREGATE_ARGS) {                                                        \
+        aggregate_rows_batched<WMODE, 4>(AGGREGATE_PASS);                                                    \
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                        \
         aggregate_merge_##NAME(const i64* split_rows, i64 num_split, int H, int F, const acc_t* partial_acc, \

@@ -11,18 +11,17 @@ typedef CSR_IDX idx_t;
 #if CSR_DTYPE == 0
 typedef float scalar_t;
 typedef float acc_t;
-__device__ __forceinline__ acc_t load_scalar(const scalar_t* p) { return __ldg(p); }
+__device__ __forceinline__ acc_t to_acc(scalar_t v) { return v; }
 __device__ __forceinline__ void store_scalar(scalar_t* p, acc_t v) { *p = v; }
 #elif CSR_DTYPE == 1
 typedef double scalar_t;
 typedef double acc_t;
-__device__ __forceinline__ acc_t load_scalar(const scalar_t* p) { return __ldg(p); }
+__device__ __forceinline__ acc_t to_acc(scalar_t v) { return v; }
 __device__ __forceinline__ void store_scalar(scalar_t* p, acc_t v) { *p = v; }
 #elif CSR_DTYPE == 2
 typedef unsigned short scalar_t;  // IEEE binary16 bits
 typedef float acc_t;
-__device__ __forceinline__ acc_t load_scalar(const scalar_t* p) {
-    unsigned short bits = __ldg(p);
+__device__ __forceinline__ acc_t to_acc(scalar_t bits) {
     float value;
     asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(bits));
     return value;
@@ -33,6 +32,10 @@ __device__ __forceinline__ void store_scalar(scalar_t* p, acc_t v) {
     *p = bits;
 }
 #endif
+
+// Loads through the read-only data cache: every kernel input is read-only for the launch
+// (in-place updates read and write an element from the same thread only).
+__device__ __forceinline__ acc_t load_scalar(const scalar_t* p) { return to_acc(__ldg(p)); }
 
 // lse is float32 for float16 data, otherwise the data type: always acc_t.
 typedef acc_t lse_t;
@@ -99,6 +102,15 @@ __device__ __forceinline__ acc_t state_lse(SoftmaxState s) {
 __device__ __forceinline__ acc_t prob_from_lse(acc_t score, acc_t lse) {
     if (lse == neg_inf()) return 0;
     return exp_acc(score - lse);
+}
+
+// The softmax weight of one score given its row's merged state. Computed from (m, l)
+// rather than from lse = m + log(l): rounding lse to the data type would cost precision
+// when the scores are large.
+__device__ __forceinline__ acc_t prob_from_state(acc_t score, SoftmaxState s) {
+    if (s.l == 0) return 0;
+    if (s.m == -neg_inf()) return s.m - s.m;  // a +inf score: NaN for the whole row and head
+    return exp_acc(score - s.m) / s.l;
 }
 
 // A work item of the per-graph plan: edges [begin, end) of one destination row, and

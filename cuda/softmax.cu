@@ -1,7 +1,7 @@
 // Row-wise softmax over the edges of each destination row, per head, and its backward.
 //
 // Modes (template MODE, one extern "C" entry point each):
-//   0 SOFTMAX        out = exp(s - lse_row)
+//   0 SOFTMAX        out = exp(s - m_row) / l_row
 //   1 LSE            lse_out[row] = log sum exp(s) (no edge output)
 //   2 GRAD_PROBS     out = p * (g - sum_row p*g), p given
 //   3 GRAD_SCORES    out = p * (g - sum_row p*g), p = exp(s - lse_in[row])
@@ -62,11 +62,10 @@ __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g
                                             scalar_t* out, i64 row, i64 begin, i64 end, int H, int head,
                                             int lane_edge, int R, bool active, SoftmaxState row_state) {
     if (!active) return;
-    acc_t row_lse = state_lse(row_state);
     for (i64 e = begin + lane_edge; e < end; e += R) {
         i64 pos = e * H + head;
         if (MODE == 0) {
-            store_scalar(out + pos, prob_from_lse(load_scalar(a + pos), row_lse));
+            store_scalar(out + pos, prob_from_state(load_scalar(a + pos), row_state));
         } else {
             acc_t p = edge_prob<MODE>(a, lse_in, row, H, head, pos);
             store_scalar(out + pos, p * (load_scalar(g + pos) - row_state.l));

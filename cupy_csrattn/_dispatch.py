@@ -3,6 +3,7 @@
 NumPy inputs run on the CPU backend. Any CuPy input, or a graph that already lives on the
 GPU, runs on the GPU backend. CuPy is optional: without it every op runs on the CPU.
 """
+import functools
 import importlib
 
 import numpy as np
@@ -17,8 +18,9 @@ def is_cupy_array(x):
     return cupy is not None and isinstance(x, cupy.ndarray)
 
 
+@functools.lru_cache(maxsize=None)
 def gpu_available():
-    """True when CuPy is installed and a CUDA device can be used."""
+    """True when CuPy is installed and a CUDA device can be used (probed once per process)."""
     if cupy is None:
         return False
     try:

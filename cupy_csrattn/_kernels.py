@@ -21,7 +21,8 @@ ENTRY_POINTS = {
     "softmax": tuple(f"softmax_{stage}_{mode}" for mode in ("forward", "lse", "grad_probs", "grad_scores")
                      for stage in ("rows", "merge", "write")),
     "aggregate": tuple(f"aggregate_{stage}_{mode}" for mode in ("ones", "weights", "weights_perm", "softmax",
-                                                               "probs_perm") for stage in ("rows", "merge")),
+                                                               "probs_perm")
+                       for stage in ("rows", "batched_v1", "batched_v2", "batched_v4", "merge")),
     "sddmm": ("sddmm_dot",),
 }
 
@@ -65,8 +66,12 @@ def _module(family, dtype, index_dtype, device_id):
 
 def kernel(family, name, dtype, index_dtype):
     """The RawKernel `name` of a family's specialization, compiled once per device."""
-    device_id = _dispatch.cupy.cuda.Device().id
-    return _module(family, np.dtype(dtype), np.dtype(index_dtype), device_id).get_function(name)
+    return _function(family, name, np.dtype(dtype), np.dtype(index_dtype), _dispatch.cupy.cuda.runtime.getDevice())
+
+
+@functools.lru_cache(maxsize=None)
+def _function(family, name, dtype, index_dtype, device_id):
+    return _module(family, dtype, index_dtype, device_id).get_function(name)
 
 
 def warmup(dtypes=None, index_dtypes=None):

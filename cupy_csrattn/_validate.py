@@ -16,8 +16,9 @@ def resolve_graph(graph):
     if isinstance(graph, CSRGraph):
         return graph, None
     if scipy.sparse.issparse(graph) or _is_cupyx_sparse(graph):
-        return _graph_and_order_from_sparse(graph, "full")
-    if isinstance(graph, (tuple, list)) and len(graph) in (2, 3):
+        return _graph_and_order_from_sparse(graph, "full", name="graph")
+    if (isinstance(graph, (tuple, list)) and len(graph) in (2, 3)
+            and all(np.ndim(part) == 1 for part in graph[:2])):
         return CSRGraph(*graph), None
     raise TypeError(
         "graph must be a CSRGraph, a scipy or cupyx sparse matrix, or a tuple "

@@ -280,11 +280,11 @@ def _stored_columns_of_csc(matrix, xp):
     return xp.searchsorted(matrix.indptr, edges, side="right") - 1
 
 
-def _graph_and_order_from_sparse(matrix, check):
+def _graph_and_order_from_sparse(matrix, check, name="matrix"):
     """(graph, perm): perm is None for CSR, else graph edge e is the matrix's stored entry perm[e]."""
     is_scipy = scipy.sparse.issparse(matrix)
     if not is_scipy and not _is_cupyx_sparse(matrix):
-        raise TypeError(f"expected a scipy.sparse or cupyx.scipy.sparse matrix, got {type(matrix).__name__}")
+        raise TypeError(f"{name} must be a scipy.sparse or cupyx.scipy.sparse matrix, got {type(matrix).__name__}")
     fmt = matrix.format
     num_dst, num_src = matrix.shape
     if fmt == "csr":
@@ -295,6 +295,6 @@ def _graph_and_order_from_sparse(matrix, check):
     elif fmt == "csc":
         dst, src = matrix.indices, _stored_columns_of_csc(matrix, xp)
     else:
-        raise TypeError(f"sparse matrices in format {fmt!r} are not supported; convert to CSR, CSC or COO")
+        raise TypeError(f"{name} is a sparse matrix in format {fmt!r}; only CSR, CSC and COO are supported")
     graph, perm = CSRGraph.from_edge_index(src, dst, num_dst, num_src)
     return graph, perm

@@ -18,7 +18,7 @@ def aggregate(mode, graph, values, out, weights=None, perm=None, lse_in=None, ls
     partial_acc = scratch((split_items, heads * features), state_dtype) if split_items else NULL
     partial_state = scratch((split_items, heads, 2), state_dtype) if split_items and mode == "softmax" else NULL
     lse_out_ptr = NULL if lse_out is None else lse_out
-    launch("aggregate", f"aggregate_rows_{mode}", dtype, index_dtype, warp_grid(plan.num_items),
+    launch("aggregate", _rows_kernel(mode, values, heads, features), dtype, index_dtype, warp_grid(plan.num_items),
            (plan.items, i64(plan.num_items), i64(plan.num_whole), i32(heads), i32(features), graph.indices,
             NULL if weights is None else weights, NULL if perm is None else perm,
             NULL if lse_in is None else lse_in, values, out, lse_out_ptr, partial_acc, partial_state))
@@ -26,6 +26,17 @@ def aggregate(mode, graph, values, out, weights=None, perm=None, lse_in=None, ls
         launch("aggregate", f"aggregate_merge_{mode}", dtype, index_dtype, warp_grid(plan.num_split),
                (plan.split_rows, i64(plan.num_split), i32(heads), i32(features), partial_acc, partial_state,
                 out, lse_out_ptr))
+
+
+def _rows_kernel(mode, values, heads, features):
+    """The batched kernel with the widest aligned vector loads for up to 32 heads, else the wide one."""
+    if heads > 32:
+        return f"aggregate_rows_{mode}"
+    itemsize = values.dtype.itemsize
+    for vec in (4, 2):
+        if features % vec == 0 and values.data.ptr % min(16, vec * itemsize) == 0:
+            return f"aggregate_batched_v{vec}_{mode}"
+    return f"aggregate_batched_v1_{mode}"
 
 
 def spmm(graph, weights, values, out):

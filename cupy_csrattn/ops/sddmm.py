@@ -46,7 +46,7 @@ def sddmm(graph, dst_feat, src_feat, *, op="dot", scale=1.0, out=None):
     if op == "add" and scale != 1.0:
         raise ValueError(f"scale applies to op='dot' only, got scale={scale} with op='add'")
     dtype, _ = _validate.result_dtypes(dst_feat, src_feat)
-    place = Placement(g, order, [dst_feat, src_feat, out])
+    place = Placement(g, order, [dst_feat, src_feat])
     kernel = backend_function("sddmm", f"sddmm_{op}", place.on_gpu, "sddmm")
     per_node_scalar = op == "add"
     dst_c = place.node_input(dst_feat, dtype, heads, per_node_scalar)
