@@ -44,32 +44,6 @@ __device__ __forceinline__ acc_t batch_weight(const scalar_t* weights, const i64
     return edge_weight<WMODE>(weights, perm, lse, e, col, H, head);
 }
 
-// Loads VEC consecutive elements (VEC * sizeof(scalar_t) bytes, aligned by the launcher).
-template <int VEC>
-__device__ __forceinline__ void load_vec(const scalar_t* p, acc_t* v) {
-    constexpr int BYTES = VEC * (int)sizeof(scalar_t);
-    union {
-        scalar_t s[VEC];
-        unsigned char b[BYTES];
-        int4 q4[BYTES >= 16 ? BYTES / 16 : 1];
-        int2 q2[BYTES >= 8 ? BYTES / 8 : 1];
-        int q1[BYTES >= 4 ? BYTES / 4 : 1];
-    } u;
-    if (BYTES % 16 == 0) {
-#pragma unroll
-        for (int i = 0; i < BYTES / 16; ++i) u.q4[i] = __ldg(reinterpret_cast<const int4*>(p) + i);
-    } else if (BYTES == 8) {
-        u.q2[0] = __ldg(reinterpret_cast<const int2*>(p));
-    } else if (BYTES == 4) {
-        u.q1[0] = __ldg(reinterpret_cast<const int*>(p));
-    } else {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) u.s[i] = __ldg(p + i);
-    }
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) v[i] = to_acc(u.s[i]);
-}
-
 // Batched path, H <= 32: a batch of B = 32 / H edges at a time; lane k * H + h loads edge
 // k's index and computes its weight for head h once, then every lane takes them by shuffle
 // while gathering its VEC-wide slices of the H * F features of each edge. In softmax mode a

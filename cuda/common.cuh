@@ -113,6 +113,32 @@ __device__ __forceinline__ acc_t prob_from_state(acc_t score, SoftmaxState s) {
     return exp_acc(score - s.m) / s.l;
 }
 
+// Loads VEC consecutive elements (VEC * sizeof(scalar_t) bytes, aligned by the launcher).
+template <int VEC>
+__device__ __forceinline__ void load_vec(const scalar_t* p, acc_t* v) {
+    constexpr int BYTES = VEC * (int)sizeof(scalar_t);
+    union {
+        scalar_t s[VEC];
+        unsigned char b[BYTES];
+        int4 q4[BYTES >= 16 ? BYTES / 16 : 1];
+        int2 q2[BYTES >= 8 ? BYTES / 8 : 1];
+        int q1[BYTES >= 4 ? BYTES / 4 : 1];
+    } u;
+    if (BYTES % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < BYTES / 16; ++i) u.q4[i] = __ldg(reinterpret_cast<const int4*>(p) + i);
+    } else if (BYTES == 8) {
+        u.q2[0] = __ldg(reinterpret_cast<const int2*>(p));
+    } else if (BYTES == 4) {
+        u.q1[0] = __ldg(reinterpret_cast<const int*>(p));
+    } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) u.s[i] = __ldg(p + i);
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] = to_acc(u.s[i]);
+}
+
 // A work item of the per-graph plan: edges [begin, end) of one destination row, and
 // the index of its split row (-1 when the item covers its whole row).
 struct Item {

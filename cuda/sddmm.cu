@@ -1,15 +1,17 @@
 // Per-edge dot products: out[e, h] = scale * <A[row(e), h, :], B[col(e), h, :]>.
 //
-// Mapping: one thread per (edge, head), looping over the D features; the threads of a warp
-// cover consecutive (edge, head) pairs, whose feature rows are contiguous for one edge, so
-// the loads of a warp fall in the same few cache lines. row_of_edge gives each edge's row.
+// Mapping: one thread per (edge, head), looping over the D features VEC at a time (16-byte
+// loads where D and alignment allow, chosen by the launcher); the threads of a warp cover
+// consecutive (edge, head) pairs, whose feature rows are contiguous for one edge, so the
+// loads of a warp fall in the same few cache lines. row_of_edge gives each edge's row.
 // Bound: memory (the gathers of A and B rows).
 
 #define BLOCK 256
 
-extern "C" __global__ void __launch_bounds__(BLOCK)
-    sddmm_dot(i64 num_edges, int H, int D, const idx_t* row_of_edge, const idx_t* indices,
-              const scalar_t* A, const scalar_t* B, acc_t scale, scalar_t* out) {
+template <int VEC>
+__device__ __forceinline__ void sddmm_dot(i64 num_edges, int H, int D, const idx_t* row_of_edge,
+                                          const idx_t* indices, const scalar_t* A, const scalar_t* B, acc_t scale,
+                                          scalar_t* out) {
     i64 pair = (i64)blockIdx.x * BLOCK + threadIdx.x;
     if (pair >= num_edges * H) return;
     i64 e = pair / H;
@@ -17,6 +19,24 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
     const scalar_t* a = A + ((i64)row_of_edge[e] * H + head) * D;
     const scalar_t* b = B + ((i64)indices[e] * H + head) * D;
     acc_t sum = 0;
-    for (int d = 0; d < D; ++d) sum += load_scalar(a + d) * load_scalar(b + d);
+#pragma unroll 4
+    for (int d = 0; d < D; d += VEC) {
+        acc_t x[VEC], y[VEC];
+        load_vec<VEC>(a + d, x);
+        load_vec<VEC>(b + d, y);
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) sum += x[v] * y[v];
+    }
     store_scalar(out + pair, sum * scale);
 }
+
+#define SDDMM_DOT_ENTRY_POINT(VEC)                                                                         \
+    extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
+        sddmm_dot_v##VEC(i64 num_edges, int H, int D, const idx_t* row_of_edge, const idx_t* indices,   \
+                         const scalar_t* A, const scalar_t* B, acc_t scale, scalar_t* out) {             \
+        sddmm_dot<VEC>(num_edges, H, D, row_of_edge, indices, A, B, scale, out);                        \
+    }
+
+SDDMM_DOT_ENTRY_POINT(1)
+SDDMM_DOT_ENTRY_POINT(2)
+SDDMM_DOT_ENTRY_POINT(4)

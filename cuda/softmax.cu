@@ -6,7 +6,7 @@
 //   2 GRAD_PROBS     out = p * (g - sum_row p*g), p given
 //   3 GRAD_SCORES    out = p * (g - sum_row p*g), p = exp(s - lse_in[row])
 //
-// Mapping: one warp per work item (edges [begin, end) of one row; see Item). A row's
+// Mapping: short rows (see softmax_groups) share a warp; otherwise one warp per work item (edges [begin, end) of one row; see Item). A row's
 // (E_row, H) slice is contiguous, so lanes take (edge, head) pairs: for a group of
 // G = min(32, H) heads, lane l works on head l % G of edges begin + l / G + k * (32 / G),
 // giving coalesced loads for every H. Per-lane partial states of the same head are merged
@@ -17,6 +17,7 @@
 // Bound: memory; each (E, H) input is read from DRAM once.
 
 #define BLOCK_WARPS 8
+#define CACHED 8  // elements per lane held in registers for whole rows
 
 template <int MODE>
 struct RowReduce {
@@ -87,7 +88,47 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
         bool active = lane < G * R;
         int head = head0 + lane % G, lane_edge = lane / G;
         SoftmaxState state = RowReduce<MODE>::empty();
+        // Rows of up to CACHED elements per lane keep them in registers: all loads are
+        // issued before the first use, and the write pass reads no memory again.
+        i64 per_lane = (item.end - item.begin + R - 1) / R;
+        if (item.split < 0 && per_lane <= CACHED) {
+            acc_t cached_a[CACHED], cached_g[CACHED];
+#pragma unroll
+            for (int k = 0; k < CACHED; ++k) {
+                i64 e = item.begin + lane_edge + (i64)k * R;
+                bool here = active && e < item.end;
+                cached_a[k] = here ? load_scalar(a + e * H + head) : neg_inf();
+                cached_g[k] = (MODE >= 2 && here) ? load_scalar(g + e * H + head) : (acc_t)0;
+            }
+#pragma unroll
+            for (int k = 0; k < CACHED; ++k) {
+                i64 e = item.begin + lane_edge + (i64)k * R;
+                if (!(active && e < item.end)) continue;
+                if (MODE <= 1) {
+                    state = add_score(state, cached_a[k]);
+                } else {
+                    acc_t p = MODE == 3 ? prob_from_lse(cached_a[k], lse_in[item.row * H + head]) : cached_a[k];
+                    cached_a[k] = p;
+                    state.l += p * cached_g[k];
+                }
+            }
+            SoftmaxState row_state = warp_merge<MODE>(state, shared[warp], lane, G, R);
+            if (MODE == 1) {
+                if (lane < G) lse_out[item.row * H + head] = state_lse(row_state);
+            } else {
+#pragma unroll
+                for (int k = 0; k < CACHED; ++k) {
+                    i64 e = item.begin + lane_edge + (i64)k * R;
+                    if (!(active && e < item.end)) continue;
+                    acc_t value = MODE == 0 ? prob_from_state(cached_a[k], row_state)
+                                            : cached_a[k] * (cached_g[k] - row_state.l);
+                    store_scalar(out + e * H + head, value);
+                }
+            }
+            continue;
+        }
         if (active) {
+#pragma unroll 4
             for (i64 e = item.begin + lane_edge; e < item.end; e += R) {
                 i64 pos = e * H + head;
                 if (MODE <= 1) {
@@ -152,6 +193,48 @@ __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i
     }
 }
 
+
+// Short rows (H a power of two, degree * H <= 32): a group of S lanes per row (S a power of
+// two, degree * H <= S), one element per lane, states merged by an xor butterfly inside the
+// group. Both lanes of a pair compute merge(a, b) and merge(b, a), which are equal in IEEE
+// arithmetic, so every lane of a head ends with the same, run-to-run identical, state.
+template <int MODE>
+__device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, int S, int H, const i64* indptr,
+                                               const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
+                                               scalar_t* out, lse_t* lse_out) {
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    i64 group = ((i64)blockIdx.x * BLOCK_WARPS + warp) * (WARP / S) + lane / S;
+    bool has_row = group < num_rows;  // every lane stays for the shuffles
+    i64 row = has_row ? rows[group] : 0;
+    i64 begin = has_row ? indptr[row] : 0, end = has_row ? indptr[row + 1] : 0;
+    int in_group = lane % S, head = in_group % H;
+    i64 e = begin + in_group / H;
+    bool active = e < end;
+    i64 pos = e * H + head;
+    acc_t value = active ? load_scalar(a + pos) : neg_inf();
+    acc_t grad = (MODE >= 2 && active) ? load_scalar(g + pos) : (acc_t)0;
+    SoftmaxState state = RowReduce<MODE>::empty();
+    if (active) {
+        if (MODE <= 1) {
+            state = add_score(state, value);
+        } else {
+            if (MODE == 3) value = prob_from_lse(value, lse_in[row * H + head]);
+            state.l = value * grad;
+        }
+    }
+    for (int offset = S / 2; offset >= H; offset /= 2) {
+        SoftmaxState other;
+        other.m = __shfl_xor_sync(FULL_MASK, state.m, offset);
+        other.l = __shfl_xor_sync(FULL_MASK, state.l, offset);
+        state = RowReduce<MODE>::merge(state, other);
+    }
+    if (MODE == 1) {
+        if (has_row && in_group < H) lse_out[row * H + head] = state_lse(state);
+    } else if (active) {
+        store_scalar(out + pos, MODE == 0 ? prob_from_state(value, state) : value * (grad - state.l));
+    }
+}
+
 #define SOFTMAX_ENTRY_POINTS(MODE, NAME)                                                                       \
     extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                         \
         softmax_rows_##NAME(const i64* items, i64 num_items, i64 num_whole, int H, const scalar_t* a,         \
@@ -169,6 +252,11 @@ __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i
                              const scalar_t* g, const lse_t* lse_in, scalar_t* out,                           \
                              const SoftmaxState* row_states) {                                                \
         softmax_write<MODE>(items, num_items, num_whole, H, a, g, lse_in, out, row_states);                  \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                         \
+        softmax_groups_##NAME(const i64* rows, i64 num_rows, int S, int H, const i64* indptr, const scalar_t* a, \
+                              const scalar_t* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {         \
+        softmax_groups<MODE>(rows, num_rows, S, H, indptr, a, g, lse_in, out, lse_out);                       \
     }
 
 SOFTMAX_ENTRY_POINTS(0, forward)

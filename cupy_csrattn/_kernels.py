@@ -19,11 +19,11 @@ KERNEL_DIR = next(d for d in (_PACKAGE_DIR / "cuda", _PACKAGE_DIR.parent / "cuda
 # The extern "C" entry points of each family, for warmup() and the compile tests.
 ENTRY_POINTS = {
     "softmax": tuple(f"softmax_{stage}_{mode}" for mode in ("forward", "lse", "grad_probs", "grad_scores")
-                     for stage in ("rows", "merge", "write")),
+                     for stage in ("groups", "rows", "merge", "write")),
     "aggregate": tuple(f"aggregate_{stage}_{mode}" for mode in ("ones", "weights", "weights_perm", "softmax",
                                                                "probs_perm")
                        for stage in ("rows", "batched_v1", "batched_v2", "batched_v4", "merge")),
-    "sddmm": ("sddmm_dot",),
+    "sddmm": ("sddmm_dot_v1", "sddmm_dot_v2", "sddmm_dot_v4"),
 }
 
 DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2}

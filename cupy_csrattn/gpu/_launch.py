@@ -35,3 +35,12 @@ def i32(value):
 
 def i64(value):
     return np.int64(value)
+
+
+def vector_width(features, *arrays):
+    """Elements per vector load (4, 2 or 1) for rows of `features` elements of these arrays:
+    the widest that divides the row and keeps every row start aligned for its load size."""
+    for width in (4, 2):
+        if features % width == 0 and all(a.data.ptr % min(16, width * a.dtype.itemsize) == 0 for a in arrays):
+            return width
+    return 1

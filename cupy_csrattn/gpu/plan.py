@@ -18,7 +18,8 @@ class Plan:
     """items: (num_items, 4) int64 rows (row, begin, end, split row or -1), whole-row items first;
     split_rows: (num_split, 3) int64 rows (row, first split item, item count)."""
 
-    def __init__(self, items, num_whole, split_rows):
+    def __init__(self, items, num_whole, split_rows, indptr):
+        self.indptr = indptr  # int64
         self.items = items
         self.num_items = len(items)
         self.num_whole = num_whole
@@ -49,7 +50,7 @@ def _build(graph):
 
     items = cupy.ascontiguousarray(cupy.concatenate([whole_items, split_items]).astype(np.int64))
     split_rows = cupy.ascontiguousarray(cupy.stack([split, first, counts], axis=1).astype(np.int64))
-    return Plan(items, len(whole), split_rows)
+    return Plan(items, len(whole), split_rows, indptr)
 
 
 def plan_for(graph):
@@ -66,3 +67,46 @@ def row_of_edge(graph):
     """(E,) row of each edge in the graph's index dtype (cached)."""
     return graph.cached("gpu_row_of_edge",
                         lambda: graph.row_of_edge().astype(graph.index_dtype, copy=False))
+
+
+class SoftmaxLayout:
+    """The plan of the row-wise softmax kernels for H heads: short rows in lane groups.
+
+    groups: (S, rows) pairs; each row of `rows` gets S lanes (degree * H <= S <= 32).
+    items, num_whole: the plan's items without the rows that went to groups.
+    """
+
+    def __init__(self, plan, groups, items, num_whole):
+        self.plan = plan
+        self.groups = groups
+        self.items = items
+        self.num_items = len(items)
+        self.num_whole = num_whole
+
+
+def _build_softmax_layout(graph, heads):
+    cupy = _dispatch.cupy
+    plan = plan_for(graph)
+    if heads == 0 or heads > 32 or heads & (heads - 1):
+        return SoftmaxLayout(plan, [], plan.items, plan.num_whole)
+    degrees = cupy.diff(plan.indptr)
+    width = cupy.maximum(degrees, 1) * heads  # elements of each row
+    # Only rows the plan keeps whole: a split row's items are all handled by the item kernels.
+    width[degrees > WHOLE_ROW_EDGES] = 33
+    groups = []
+    size = heads
+    while size <= 32:
+        in_bin = (width <= size) & (width > size // 2) if size > heads else width <= size
+        rows = cupy.flatnonzero(in_bin)  # host sync (once per graph and H)
+        if len(rows):
+            groups.append((size, rows.astype(np.int64)))
+        size *= 2
+    whole = plan.items[:plan.num_whole]
+    long_whole = whole[width[whole[:, 0]] > 32]  # host sync
+    items = cupy.ascontiguousarray(cupy.concatenate([long_whole, plan.items[plan.num_whole:]]))
+    return SoftmaxLayout(plan, groups, items, len(long_whole))
+
+
+def softmax_layout(graph, heads):
+    """The cached softmax layout of a GPU graph for `heads` heads."""
+    return graph.cached(("gpu_softmax_layout", heads), lambda: _build_softmax_layout(graph, heads))

@@ -1,7 +1,7 @@
 """Launchers of cuda/aggregate.cu for spmm and its backward."""
 from cupy_csrattn.gpu import plan as plans
 from cupy_csrattn.gpu import sddmm
-from cupy_csrattn.gpu._launch import NULL, acc_dtype, i32, i64, launch, scratch, warp_grid
+from cupy_csrattn.gpu._launch import NULL, acc_dtype, i32, i64, launch, scratch, vector_width, warp_grid
 
 
 def aggregate(mode, graph, values, out, weights=None, perm=None, lse_in=None, lse_out=None):
@@ -32,11 +32,7 @@ def _rows_kernel(mode, values, heads, features):
     """The batched kernel with the widest aligned vector loads for up to 32 heads, else the wide one."""
     if heads > 32:
         return f"aggregate_rows_{mode}"
-    itemsize = values.dtype.itemsize
-    for vec in (4, 2):
-        if features % vec == 0 and values.data.ptr % min(16, vec * itemsize) == 0:
-            return f"aggregate_batched_v{vec}_{mode}"
-    return f"aggregate_batched_v1_{mode}"
+    return f"aggregate_batched_v{vector_width(features, values)}_{mode}"
 
 
 def spmm(graph, weights, values, out):
