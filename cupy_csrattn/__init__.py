@@ -1,4 +1,5 @@
 """Attention over sparse graphs in CSR form (row = destination node, column = source neighbour)."""
+from cupy_csrattn._kernels import warmup
 from cupy_csrattn.graph import CSRGraph
 from cupy_csrattn.ops.attention import (
     attention_aggregate,
@@ -28,4 +29,5 @@ __all__ = [
     "sddmm_backward",
     "spmm",
     "spmm_backward",
+    "warmup",
 ]

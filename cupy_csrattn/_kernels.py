@@ -14,7 +14,14 @@ from cupy_csrattn import _dispatch
 
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
 # Installed wheels carry the kernels in the package; a source checkout has them beside it.
-KERNEL_DIR = next(d for d in (_PACKAGE_DIR / "cuda", _PACKAGE_DIR.parent / "cuda") if (d / "common.cuh").exists())
+_KERNEL_DIRS = [d for d in (_PACKAGE_DIR / "cuda", _PACKAGE_DIR.parent / "cuda") if (d / "common.cuh").exists()]
+KERNEL_DIR = _KERNEL_DIRS[0] if _KERNEL_DIRS else None
+
+
+def _kernel_dir():
+    if KERNEL_DIR is None:
+        raise RuntimeError(f"the CUDA kernel sources were not found in {_PACKAGE_DIR / 'cuda'}; reinstall the package")
+    return KERNEL_DIR
 
 # The extern "C" entry points of each family, for warmup() and the compile tests.
 ENTRY_POINTS = {
@@ -47,8 +54,8 @@ def source(family, dtype, index_dtype):
     dtype, index_dtype = np.dtype(dtype), np.dtype(index_dtype)
     preamble = (f"#define CSR_DTYPE {DTYPE_CODES[dtype]}\n"
                 f"#define CSR_IDX {INDEX_TYPES[index_dtype]}\n")
-    common = (KERNEL_DIR / "common.cuh").read_text()
-    body = (KERNEL_DIR / f"{family}.cu").read_text()
+    common = (_kernel_dir() / "common.cuh").read_text()
+    body = (_kernel_dir() / f"{family}.cu").read_text()
     return preamble + common + f"\n// ---- {family}.cu ----\n" + body
 
 
