@@ -75,6 +75,11 @@ __device__ __forceinline__ acc_t rescale(acc_t m_old, acc_t m_new) {
     return exp_acc(m_old - m_new);
 }
 
+// max that propagates NaN (fmax would drop it: a NaN score must poison its row).
+__device__ __forceinline__ acc_t nan_max(acc_t a, acc_t b) {
+    return (a != a || b != b) ? a + b : (a > b ? a : b);
+}
+
 __device__ __forceinline__ SoftmaxState merge_states(SoftmaxState a, SoftmaxState b) {
     // fmax would drop a NaN: a NaN score must poison its row, so compare explicitly.
     acc_t m = (a.m != a.m || b.m != b.m) ? a.m + b.m : (a.m > b.m ? a.m : b.m);

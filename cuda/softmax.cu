@@ -58,6 +58,24 @@ __device__ __forceinline__ SoftmaxState warp_merge(SoftmaxState mine, SoftmaxSta
     return result;
 }
 
+
+// Max (OP 0, NaN-propagating) or sum (OP 1) of each head's per-lane values, merged in a
+// fixed order through shared memory and returned to every lane of the head.
+template <int OP>
+__device__ __forceinline__ acc_t head_reduce(acc_t mine, acc_t* buf, int lane, int G, int R) {
+    buf[lane] = mine;
+    __syncwarp();
+    if (lane < G) {
+        acc_t merged = buf[lane];
+        for (int r = 1; r < R; ++r) merged = OP == 0 ? nan_max(merged, buf[lane + r * G]) : merged + buf[lane + r * G];
+        buf[lane] = merged;
+    }
+    __syncwarp();
+    acc_t result = buf[lane % G];
+    __syncwarp();
+    return result;
+}
+
 template <int MODE>
 __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
                                             scalar_t* out, i64 row, i64 begin, i64 end, int H, int head,
@@ -79,6 +97,7 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
                                              const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
                                              scalar_t* out, lse_t* lse_out, SoftmaxState* partial) {
     __shared__ SoftmaxState shared[BLOCK_WARPS][WARP];
+    __shared__ acc_t head_buf[BLOCK_WARPS][WARP];
     int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     i64 index = (i64)blockIdx.x * BLOCK_WARPS + warp;
     if (index >= num_items) return;
@@ -97,22 +116,36 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
             for (int k = 0; k < CACHED; ++k) {
                 i64 e = item.begin + lane_edge + (i64)k * R;
                 bool here = active && e < item.end;
-                cached_a[k] = here ? load_scalar(a + e * H + head) : neg_inf();
+                cached_a[k] = here ? load_scalar(a + e * H + head) : neg_inf();  // absent: no weight
                 cached_g[k] = (MODE >= 2 && here) ? load_scalar(g + e * H + head) : (acc_t)0;
             }
+            SoftmaxState row_state;
+            if (MODE <= 1) {
+                // Max first, then one exp per element: fewer instructions than an online
+                // update, which matters at this size (the kernel is otherwise issue-bound).
+                acc_t m = neg_inf();
 #pragma unroll
-            for (int k = 0; k < CACHED; ++k) {
-                i64 e = item.begin + lane_edge + (i64)k * R;
-                if (!(active && e < item.end)) continue;
-                if (MODE <= 1) {
-                    state = add_score(state, cached_a[k]);
-                } else {
+                for (int k = 0; k < CACHED; ++k) m = nan_max(m, cached_a[k]);
+                row_state.m = head_reduce<0>(m, head_buf[warp], lane, G, R);
+                acc_t shift = row_state.m == neg_inf() ? (acc_t)0 : row_state.m;
+                acc_t l = 0;
+#pragma unroll
+                for (int k = 0; k < CACHED; ++k) {
+                    cached_a[k] = cached_a[k] == neg_inf() ? (acc_t)0 : exp_acc(cached_a[k] - shift);
+                    l += cached_a[k];
+                }
+                row_state.l = head_reduce<1>(l, head_buf[warp], lane, G, R);
+            } else {
+#pragma unroll
+                for (int k = 0; k < CACHED; ++k) {
+                    if (!(active && item.begin + lane_edge + (i64)k * R < item.end)) continue;
                     acc_t p = MODE == 3 ? prob_from_lse(cached_a[k], lse_in[item.row * H + head]) : cached_a[k];
                     cached_a[k] = p;
                     state.l += p * cached_g[k];
                 }
+                row_state.m = 0;
+                row_state.l = head_reduce<1>(state.l, head_buf[warp], lane, G, R);
             }
-            SoftmaxState row_state = warp_merge<MODE>(state, shared[warp], lane, G, R);
             if (MODE == 1) {
                 if (lane < G) lse_out[item.row * H + head] = state_lse(row_state);
             } else {
@@ -120,7 +153,8 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
                 for (int k = 0; k < CACHED; ++k) {
                     i64 e = item.begin + lane_edge + (i64)k * R;
                     if (!(active && e < item.end)) continue;
-                    acc_t value = MODE == 0 ? prob_from_state(cached_a[k], row_state)
+                    // Mode 0: cached_a holds exp(s - m); a NaN or +inf max makes l NaN.
+                    acc_t value = MODE == 0 ? (row_state.l == 0 ? (acc_t)0 : cached_a[k] / row_state.l)
                                             : cached_a[k] * (cached_g[k] - row_state.l);
                     store_scalar(out + e * H + head, value);
                 }
@@ -196,8 +230,9 @@ __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i
 
 // Short rows (H a power of two, degree * H <= 32): a group of S lanes per row (S a power of
 // two, degree * H <= S), one element per lane, states merged by an xor butterfly inside the
-// group. Both lanes of a pair compute merge(a, b) and merge(b, a), which are equal in IEEE
-// arithmetic, so every lane of a head ends with the same, run-to-run identical, state.
+// group (max, then sum of exp). Both lanes of a pair compute op(a, b) and op(b, a), which
+// are equal in IEEE arithmetic, so every lane of a head ends with the same, run-to-run
+// identical, value.
 template <int MODE>
 __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, int S, int H, const i64* indptr,
                                                const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
@@ -213,25 +248,29 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
     i64 pos = e * H + head;
     acc_t value = active ? load_scalar(a + pos) : neg_inf();
     acc_t grad = (MODE >= 2 && active) ? load_scalar(g + pos) : (acc_t)0;
-    SoftmaxState state = RowReduce<MODE>::empty();
-    if (active) {
-        if (MODE <= 1) {
-            state = add_score(state, value);
-        } else {
-            if (MODE == 3) value = prob_from_lse(value, lse_in[row * H + head]);
-            state.l = value * grad;
-        }
-    }
-    for (int offset = S / 2; offset >= H; offset /= 2) {
-        SoftmaxState other;
-        other.m = __shfl_xor_sync(FULL_MASK, state.m, offset);
-        other.l = __shfl_xor_sync(FULL_MASK, state.l, offset);
-        state = RowReduce<MODE>::merge(state, other);
+    SoftmaxState state;
+    if (MODE <= 1) {
+        // The group's max, then one exp per element and the group's sum.
+        acc_t m = value;
+        for (int offset = S / 2; offset >= H; offset /= 2) m = nan_max(m, __shfl_xor_sync(FULL_MASK, m, offset));
+        acc_t shift = m == neg_inf() ? (acc_t)0 : m;
+        value = value == neg_inf() ? (acc_t)0 : exp_acc(value - shift);
+        acc_t l = value;
+        for (int offset = S / 2; offset >= H; offset /= 2) l += __shfl_xor_sync(FULL_MASK, l, offset);
+        state.m = m;
+        state.l = l;
+    } else {
+        if (MODE == 3 && active) value = prob_from_lse(value, lse_in[row * H + head]);
+        acc_t l = active ? value * grad : (acc_t)0;
+        for (int offset = S / 2; offset >= H; offset /= 2) l += __shfl_xor_sync(FULL_MASK, l, offset);
+        state.m = 0;
+        state.l = l;
     }
     if (MODE == 1) {
         if (has_row && in_group < H) lse_out[row * H + head] = state_lse(state);
     } else if (active) {
-        store_scalar(out + pos, MODE == 0 ? prob_from_state(value, state) : value * (grad - state.l));
+        // Mode 0: value holds exp(s - m); a NaN or +inf max makes l NaN.
+        store_scalar(out + pos, MODE == 0 ? (state.l == 0 ? (acc_t)0 : value / state.l) : value * (grad - state.l));
     }
 }
 
