@@ -111,13 +111,16 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
         // issued before the first use, and the write pass reads no memory again.
         i64 per_lane = (item.end - item.begin + R - 1) / R;
         if (item.split < 0 && per_lane <= CACHED) {
+            // 32-bit positions inside the row and one 64-bit base: the address arithmetic
+            // is a large part of this kernel's instructions.
+            const int count = (int)(item.end - item.begin), step = R * H;
+            const i64 base = (item.begin + lane_edge) * H + head;
             acc_t cached_a[CACHED], cached_g[CACHED];
 #pragma unroll
             for (int k = 0; k < CACHED; ++k) {
-                i64 e = item.begin + lane_edge + (i64)k * R;
-                bool here = active && e < item.end;
-                cached_a[k] = here ? load_scalar(a + e * H + head) : neg_inf();  // absent: no weight
-                cached_g[k] = (MODE >= 2 && here) ? load_scalar(g + e * H + head) : (acc_t)0;
+                bool here = active && lane_edge + k * R < count;
+                cached_a[k] = here ? load_scalar(a + base + k * step) : neg_inf();  // absent: no weight
+                cached_g[k] = (MODE >= 2 && here) ? load_scalar(g + base + k * step) : (acc_t)0;
             }
             SoftmaxState row_state;
             if (MODE <= 1) {
@@ -136,10 +139,11 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
                 }
                 row_state.l = head_reduce<1>(l, head_buf[warp], lane, G, R);
             } else {
+                acc_t lse_row = MODE == 3 && active ? lse_in[item.row * H + head] : (acc_t)0;
 #pragma unroll
                 for (int k = 0; k < CACHED; ++k) {
-                    if (!(active && item.begin + lane_edge + (i64)k * R < item.end)) continue;
-                    acc_t p = MODE == 3 ? prob_from_lse(cached_a[k], lse_in[item.row * H + head]) : cached_a[k];
+                    if (!(active && lane_edge + k * R < count)) continue;
+                    acc_t p = MODE == 3 ? prob_from_lse(cached_a[k], lse_row) : cached_a[k];
                     cached_a[k] = p;
                     state.l += p * cached_g[k];
                 }
@@ -149,14 +153,13 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
             if (MODE == 1) {
                 if (lane < G) lse_out[item.row * H + head] = state_lse(row_state);
             } else {
+                // Mode 0: cached_a holds exp(s - m); a NaN or +inf max makes l, and so inv, NaN.
+                acc_t inv = row_state.l == 0 ? (acc_t)0 : (acc_t)1 / row_state.l;
 #pragma unroll
                 for (int k = 0; k < CACHED; ++k) {
-                    i64 e = item.begin + lane_edge + (i64)k * R;
-                    if (!(active && e < item.end)) continue;
-                    // Mode 0: cached_a holds exp(s - m); a NaN or +inf max makes l NaN.
-                    acc_t value = MODE == 0 ? (row_state.l == 0 ? (acc_t)0 : cached_a[k] / row_state.l)
-                                            : cached_a[k] * (cached_g[k] - row_state.l);
-                    store_scalar(out + e * H + head, value);
+                    if (!(active && lane_edge + k * R < count)) continue;
+                    acc_t value = MODE == 0 ? cached_a[k] * inv : cached_a[k] * (cached_g[k] - row_state.l);
+                    store_scalar(out + base + k * step, value);
                 }
             }
             continue;
@@ -270,7 +273,8 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
         if (has_row && in_group < H) lse_out[row * H + head] = state_lse(state);
     } else if (active) {
         // Mode 0: value holds exp(s - m); a NaN or +inf max makes l NaN.
-        store_scalar(out + pos, MODE == 0 ? (state.l == 0 ? (acc_t)0 : value / state.l) : value * (grad - state.l));
+        store_scalar(out + pos, MODE == 0 ? (state.l == 0 ? (acc_t)0 : value * ((acc_t)1 / state.l))
+                                          : value * (grad - state.l));
     }
 }
 
