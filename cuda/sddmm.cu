@@ -40,3 +40,15 @@ __device__ __forceinline__ void sddmm_dot(i64 num_edges, int H, int D, const idx
 SDDMM_DOT_ENTRY_POINT(1)
 SDDMM_DOT_ENTRY_POINT(2)
 SDDMM_DOT_ENTRY_POINT(4)
+
+// "add" scores: out[e, h] = A[row(e), h] + B[col(e), h] (GAT's a_dst + a_src). One thread
+// per (edge, head); consecutive threads write consecutive outputs.
+extern "C" __global__ void __launch_bounds__(BLOCK)
+    sddmm_add(i64 num_edges, int H, const idx_t* row_of_edge, const idx_t* indices, const scalar_t* A,
+              const scalar_t* B, scalar_t* out) {
+    i64 pair = (i64)blockIdx.x * BLOCK + threadIdx.x;
+    if (pair >= num_edges * H) return;
+    i64 e = pair / H;
+    int head = (int)(pair - e * H);
+    store_scalar(out + pair, load_scalar(A + (i64)row_of_edge[e] * H + head) + load_scalar(B + (i64)indices[e] * H + head));
+}

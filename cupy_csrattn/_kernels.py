@@ -30,7 +30,7 @@ ENTRY_POINTS = {
     "aggregate": tuple(f"aggregate_{stage}_{mode}" for mode in ("ones", "weights", "weights_perm", "softmax",
                                                                "probs_perm")
                        for stage in ("rows", "batched_v1", "batched_v2", "batched_v4", "merge")),
-    "sddmm": ("sddmm_dot_v1", "sddmm_dot_v2", "sddmm_dot_v4"),
+    "sddmm": ("sddmm_dot_v1", "sddmm_dot_v2", "sddmm_dot_v4", "sddmm_add"),
 }
 
 DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2}

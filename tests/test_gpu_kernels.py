@@ -84,6 +84,19 @@ def test_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
         else:
             _close(cupy, got_w, want_w, dtype)
 
+    scalar = lambda n: (n,) if heads is None else (n, heads)
+    for op, dst_shape, src_shape, scale in (("dot", node(g.num_dst), node(g.num_src), 0.5),
+                                            ("add", scalar(g.num_dst), scalar(g.num_src), 1.0)):
+        dst = rng.standard_normal(dst_shape).astype(dtype)
+        src = rng.standard_normal(src_shape).astype(dtype)
+        want = ca.sddmm(g, dst, src, op=op, scale=scale)
+        out = _poisoned(cupy, edge_shape, dtype)
+        ca.sddmm(gg, d(dst), d(src), op=op, scale=scale, out=out)
+        _close(cupy, out, want, dtype)
+        for got, want in zip(ca.sddmm_backward(gg, d(dst), d(src), d(grad_edges), op=op, scale=scale),
+                             ca.sddmm_backward(g, dst, src, grad_edges, op=op, scale=scale)):
+            _close(cupy, got, want, dtype)
+
     want_out, want_lse = ca.attention_aggregate(g, scores, values, return_lse=True)
     out = _poisoned(cupy, want_out.shape, dtype)
     got_out, got_lse = ca.attention_aggregate(gg, d(scores), d(values), out=out, return_lse=True)

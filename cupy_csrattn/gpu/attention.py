@@ -2,7 +2,7 @@
 from cupy_csrattn.gpu import plan as plans
 from cupy_csrattn.gpu import sddmm, softmax
 from cupy_csrattn.gpu._launch import acc_dtype, scratch
-from cupy_csrattn.gpu.spmm import aggregate
+from cupy_csrattn.gpu.aggregate import aggregate
 
 
 def _row_lse(graph, scores):

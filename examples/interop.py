@@ -1,0 +1,290 @@
+"""cupy_csrattn with PyTorch and JAX: zero-copy tensors in and out, an autograd.Function,
+and CUDA streams.
+
+cupy_csrattn works on NumPy and CuPy arrays. Tensors of other libraries cross over
+without a copy:
+
+- CPU: ``tensor.numpy()`` / ``torch.from_numpy(array)`` (PyTorch), ``np.from_dlpack(x)`` /
+  ``jnp.from_dlpack(array)`` (JAX) share the memory;
+- GPU: ``cupy.from_dlpack(x)`` (DLPack) or ``cupy.asarray(x)`` (through
+  ``__cuda_array_interface__``) and back with ``torch.from_dlpack(array)`` /
+  ``jnp.from_dlpack(array)``.
+
+Sections, each skipped with the reason when what it needs is missing:
+
+1. PyTorch CPU tensors through the CPU backend, zero-copy both ways.          needs torch
+2. ``AttentionAggregate``, a torch.autograd.Function around attention_aggregate (the
+   forward saves the log-sum-exp, the backward calls attention_aggregate_backward),
+   checked with torch.autograd.gradcheck in float64, on the CPU and on the GPU. needs torch
+3. JAX arrays in and out through DLPack (CPU, and GPU when JAX sees one).     needs jax
+4. PyTorch CUDA tensors through the GPU kernels: DLPack and __cuda_array_interface__,
+   ops on a non-default CuPy stream and on PyTorch's stream.       needs cupy + a GPU + torch
+
+    python3 examples/interop.py
+
+Exits 0 when every section that ran passed (skipped sections do not fail), 1 otherwise.
+"""
+import contextlib
+import sys
+
+import numpy as np
+
+import cupy_csrattn as ca
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError:
+    jax = jnp = None
+
+try:
+    import cupy
+    HAVE_GPU = cupy.cuda.runtime.getDeviceCount() > 0
+except Exception:  # no CuPy, no driver or no device
+    cupy, HAVE_GPU = None, False
+
+
+FAILURES = []
+
+
+def check(condition, what):
+    print(f"  {'ok  ' if condition else 'FAIL'} {what}")
+    if not condition:
+        FAILURES.append(what)
+
+
+def skip(reason):
+    print(f"  skipped: {reason}")
+
+
+def small_graph():
+    """6 destination rows over 7 sources; row 2 has no edges, row 4 repeats a source."""
+    indptr = np.array([0, 2, 5, 5, 6, 9, 10])
+    indices = np.array([0, 3, 1, 2, 6, 4, 5, 5, 0, 2])
+    return ca.CSRGraph(indptr, indices, num_src=7)
+
+
+# ---------------------------------------------------------------------------------------
+# Converting between torch tensors and the arrays cupy_csrattn takes
+
+def to_array(tensor):
+    """A NumPy (CPU tensor) or CuPy (CUDA tensor) view of a torch tensor, without a copy."""
+    tensor = tensor.detach()
+    if tensor.is_cuda:
+        return cupy.from_dlpack(tensor)
+    return tensor.numpy()
+
+
+def to_tensor(array):
+    """A torch tensor viewing a NumPy or CuPy array, without a copy."""
+    if isinstance(array, np.ndarray):
+        return torch.from_numpy(array)
+    return torch.from_dlpack(array)
+
+
+def torch_stream():
+    """CuPy's view of PyTorch's current CUDA stream, so that the library's kernels are
+    ordered after PyTorch's work on the inputs and before its work on the outputs."""
+    return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+
+
+# ---------------------------------------------------------------------------------------
+# 1. PyTorch CPU tensors
+
+def torch_cpu():
+    graph = small_graph()
+    torch.manual_seed(0)
+    scores = torch.randn(graph.num_edges, 2)                     # (E, H)
+    values = torch.randn(graph.num_src, 2, 4)                    # (num_src, H, F)
+
+    scores_np, values_np = to_array(scores), to_array(values)
+    check(np.shares_memory(scores_np, scores.numpy()) and scores_np.ctypes.data == scores.data_ptr(),
+          "tensor.numpy() is a view of the tensor's memory")
+    out_np, lse_np = ca.attention_aggregate(graph, scores_np, values_np, return_lse=True)
+    out = to_tensor(out_np)
+    check(out.data_ptr() == out_np.ctypes.data, "torch.from_numpy(out) is a view of the result")
+
+    # The same computed with torch alone.
+    rows = torch.repeat_interleave(torch.arange(graph.num_dst), torch.from_numpy(np.diff(graph.indptr)))
+    src = torch.from_numpy(graph.indices.astype(np.int64))
+    weights = torch.exp(scores - torch.from_numpy(lse_np)[rows])
+    expected = torch.zeros(graph.num_dst, 2, 4).index_add_(0, rows, weights[:, :, None] * values[src])
+    check(torch.allclose(out, expected, atol=1e-5), "attention_aggregate matches a torch computation")
+
+
+# ---------------------------------------------------------------------------------------
+# 2. torch.autograd.Function
+
+if torch is not None:
+    class AttentionAggregate(torch.autograd.Function):
+        """out = attention_aggregate(graph, scores, values) as a differentiable torch op.
+
+        Works for CPU tensors (the CPU backend, through NumPy views) and CUDA tensors (the
+        GPU kernels, through DLPack, on PyTorch's current stream). The forward keeps only
+        the per-row log-sum-exp, not the per-edge softmax weights.
+        """
+
+        @staticmethod
+        def forward(ctx, scores, values, graph):
+            ctx.graph = graph.to_gpu() if scores.is_cuda else graph
+            with (torch_stream() if scores.is_cuda else contextlib.nullcontext()):
+                out, lse = ca.attention_aggregate(ctx.graph, to_array(scores), to_array(values),
+                                                  return_lse=True)
+            ctx.save_for_backward(scores, values, to_tensor(lse))   # lse: (num_dst, H), not (E, H)
+            return to_tensor(out)
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, grad_out):
+            scores, values, lse = ctx.saved_tensors
+            with (torch_stream() if scores.is_cuda else contextlib.nullcontext()):
+                grad_scores, grad_values = ca.attention_aggregate_backward(
+                    ctx.graph, to_array(scores), to_array(values), to_array(grad_out), lse=to_array(lse))
+            return to_tensor(grad_scores), to_tensor(grad_values), None
+
+
+def attention_aggregate_torch(scores, values, graph):
+    """The differentiable op: ``AttentionAggregate.apply`` takes no keywords."""
+    return AttentionAggregate.apply(scores, values, graph)
+
+
+def torch_autograd(device):
+    graph = small_graph()
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(graph.num_edges, 2, dtype=torch.float64, generator=generator).to(device)
+    values = torch.randn(graph.num_src, 2, 3, dtype=torch.float64, generator=generator).to(device)
+    scores.requires_grad_(True)
+    values.requires_grad_(True)
+    ok = torch.autograd.gradcheck(lambda s, v: attention_aggregate_torch(s, v, graph), (scores, values),
+                                  eps=1e-6, atol=1e-7, rtol=1e-5, raise_exception=False)
+    check(ok, f"torch.autograd.gradcheck of AttentionAggregate, float64, {device}")
+
+    # Used like any torch op: a loss, .backward(), gradients on the leaves.
+    out = attention_aggregate_torch(scores, values, graph)
+    (out ** 2).sum().backward()
+    check(scores.grad.shape == scores.shape and values.grad.shape == values.shape
+          and bool(torch.isfinite(scores.grad).all()), f"loss.backward() fills .grad ({device})")
+
+
+# ---------------------------------------------------------------------------------------
+# 3. JAX
+
+def aligned_empty(shape, dtype, alignment=64):
+    """An uninitialized C-contiguous NumPy array whose data start on an ``alignment`` boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def jax_interop():
+    graph = small_graph()
+    key_scores, key_values = jax.random.split(jax.random.PRNGKey(0))
+    scores = jax.random.normal(key_scores, (graph.num_edges, 2), dtype=jnp.float32)
+    values = jax.random.normal(key_values, (graph.num_src, 2, 4), dtype=jnp.float32)
+    devices = {d.platform for d in scores.devices()}
+
+    if devices == {"cpu"}:
+        scores_np, values_np = np.from_dlpack(scores), np.from_dlpack(values)
+        check(scores_np.ctypes.data == scores.unsafe_buffer_pointer(), "np.from_dlpack(jax array) is a view")
+        # JAX on the CPU shares only 64-byte aligned host buffers (it copies others), so
+        # the result goes into an aligned buffer of our own, through out=.
+        out_np = aligned_empty((graph.num_dst, 2, 4), np.float32)
+        ca.attention_aggregate(graph, scores_np, values_np, out=out_np)
+        out = jnp.from_dlpack(out_np)
+        check(out.unsafe_buffer_pointer() == out_np.ctypes.data,
+              "jnp.from_dlpack(result) is a view (CPU, 64-byte aligned out=)")
+    elif HAVE_GPU:
+        scores.block_until_ready()                    # CuPy does not see JAX's stream
+        values.block_until_ready()
+        scores_cp, values_cp = cupy.from_dlpack(scores), cupy.from_dlpack(values)
+        check(scores_cp.data.ptr == scores.unsafe_buffer_pointer(), "cupy.from_dlpack(jax array) is a view")
+        out_cp = ca.attention_aggregate(graph.to_gpu(), scores_cp, values_cp)
+        cupy.cuda.get_current_stream().synchronize()   # JAX does not see CuPy's stream
+        out = jnp.from_dlpack(out_cp)
+        check(out.unsafe_buffer_pointer() == out_cp.data.ptr, "jnp.from_dlpack(result) is a view (GPU)")
+    else:
+        skip(f"JAX arrays live on {devices} and CuPy has no GPU")
+        return
+
+    # Compare with the same thing in JAX.
+    rows = np.repeat(np.arange(graph.num_dst), np.diff(graph.indptr))
+    logits = scores - jax.ops.segment_max(scores, rows, num_segments=graph.num_dst)[rows]
+    weights = jnp.exp(logits)
+    weights = weights / jax.ops.segment_sum(weights, rows, num_segments=graph.num_dst)[rows]
+    expected = jax.ops.segment_sum(weights[:, :, None] * values[graph.indices], rows,
+                                   num_segments=graph.num_dst)
+    check(bool(jnp.allclose(out, expected, atol=1e-5)), "attention_aggregate matches a JAX computation")
+
+
+# ---------------------------------------------------------------------------------------
+# 4. PyTorch CUDA tensors, CUDA streams
+
+def torch_gpu():
+    graph = small_graph().to_gpu()
+    scores = torch.randn(graph.num_edges, 2, device="cuda")
+    values = torch.randn(graph.num_src, 2, 4, device="cuda")
+
+    # Inputs: DLPack, or __cuda_array_interface__ (cupy.asarray), both zero-copy.
+    scores_cp = cupy.from_dlpack(scores)
+    values_cp = cupy.asarray(values)
+    check(scores_cp.data.ptr == scores.data_ptr() and values_cp.data.ptr == values.data_ptr(),
+          "cupy.from_dlpack / cupy.asarray(__cuda_array_interface__) view the torch tensors")
+
+    # Run on PyTorch's stream: ordered after the randn above without a host sync.
+    with torch_stream():
+        out_cp, lse_cp = ca.attention_aggregate(graph, scores_cp, values_cp, return_lse=True)
+    out = torch.from_dlpack(out_cp)
+    check(out.data_ptr() == out_cp.data.ptr, "torch.from_dlpack(result) views the CuPy array")
+
+    # The same on a non-default CuPy stream: ops run on CuPy's current stream.
+    torch.cuda.current_stream().synchronize()          # the inputs are ready for any stream
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        out_side = ca.attention_aggregate(graph, scores_cp, values_cp)
+        grads_side = ca.attention_aggregate_backward(graph, scores_cp, values_cp, cupy.ones_like(out_side),
+                                                     lse=lse_cp)
+    stream.synchronize()                               # before reading on another stream
+    check(bool(cupy.allclose(out_side, out_cp)), "the same result on a non-default CuPy stream")
+    check(all(bool(cupy.isfinite(g).all()) for g in grads_side), "backward on a non-default CuPy stream")
+
+
+# ---------------------------------------------------------------------------------------
+
+def main():
+    print(f"cupy_csrattn {ca.__version__}; torch: {torch.__version__ if torch else 'not installed'}; "
+          f"jax: {jax.__version__ if jax else 'not installed'}; "
+          f"cupy: {cupy.__version__ if cupy else 'not installed'}; GPU: {'yes' if HAVE_GPU else 'no'}")
+    no_torch = "needs PyTorch (pip install torch)"
+    sections = [
+        ("1. PyTorch CPU tensors, zero-copy", torch_cpu, None if torch else no_torch),
+        ("2a. autograd.Function + gradcheck (CPU)", lambda: torch_autograd("cpu"), None if torch else no_torch),
+        ("2b. autograd.Function + gradcheck (GPU)", lambda: torch_autograd("cuda"),
+         no_torch if torch is None else
+         None if HAVE_GPU and torch.cuda.is_available() else "needs CuPy, a GPU and a CUDA build of PyTorch"),
+        ("3. JAX arrays through DLPack", jax_interop, None if jax else "needs JAX (pip install jax)"),
+        ("4. PyTorch CUDA tensors and CUDA streams", torch_gpu,
+         no_torch if torch is None else
+         None if HAVE_GPU and torch.cuda.is_available() else "needs CuPy, a GPU and a CUDA build of PyTorch"),
+    ]
+    for title, run, missing in sections:
+        print(title)
+        if missing:
+            skip(missing)
+            continue
+        try:
+            run()
+        except NotImplementedError as error:           # an op without a GPU kernel yet
+            skip(f"not available here: {error}")
+    print("FAILED: " + "; ".join(FAILURES) if FAILURES else "all sections that ran passed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""Deliberately naive float64 reference for every op of cupy_csrattn.
+
+Plain Python loops over destination rows, heads and edges (NumPy only for one
+feature vector at a time); every input is upcast to float64 first. It shares no
+strategy with the package (no segment reductions, no sparse products), so it checks
+the CPU backend as well as the GPU kernels. Keep graphs small.
+
+Shapes follow the public API: the head axis H is optional. Row d holds the edges
+indptr[d]:indptr[d+1]; edge e goes from source indices[e] to destination d.
+Semantics (from the contract): softmax subtracts the row max; an empty row gives
+zero output and lse -inf; a row whose scores are all -inf gives zero weights and
+lse -inf; a NaN score makes its whole row and head NaN; a +inf score makes its row
+and head NaN (as scipy.special.softmax) with lse +inf.
+"""
+import math
+
+import numpy as np
+
+NEG_INF = -math.inf
+
+
+# ------------------------------------------------------------------ layout helpers
+
+def _f64(a):
+    return np.array(a, dtype=np.float64)  # always a copy
+
+
+def _edge(a):
+    """(E,) -> (E, 1); (E, H) kept. Returns (float64 copy, had_head_axis)."""
+    a = _f64(a)
+    return (a[:, None], False) if a.ndim == 1 else (a, True)
+
+
+def _node_vec(a):
+    """(N, F) -> (N, 1, F); (N, H, F) kept."""
+    a = _f64(a)
+    return (a[:, None, :], False) if a.ndim == 2 else (a, True)
+
+
+def _node_scalar(a):
+    """(N,) -> (N, 1); (N, H) kept."""
+    a = _f64(a)
+    return (a[:, None], False) if a.ndim == 1 else (a, True)
+
+
+def _drop(a, had_heads):
+    return a if had_heads else a[:, 0]
+
+
+def _rows(indptr):
+    bounds = [int(x) for x in indptr]
+    return [(d, bounds[d], bounds[d + 1]) for d in range(len(bounds) - 1)]
+
+
+def _ints(indices):
+    return [int(s) for s in indices]
+
+
+def softmax_row(scores):
+    """Softmax and log-sum-exp of one row's scores for one head, as Python floats."""
+    scores = [float(x) for x in scores]
+    if not scores:
+        return [], NEG_INF
+    if any(math.isnan(x) for x in scores):
+        return [math.nan] * len(scores), math.nan
+    top = max(scores)
+    if top == NEG_INF:
+        return [0.0] * len(scores), NEG_INF
+    if top == math.inf:
+        return [math.nan] * len(scores), math.inf
+    exps = [math.exp(x - top) for x in scores]
+    total = math.fsum(exps)
+    return [x / total for x in exps], top + math.log(total)
+
+
+def leaky_relu(z, negative_slope):
+    return z if z > 0 else negative_slope * z
+
+
+def leaky_relu_grad(z, negative_slope):
+    return 1.0 if z > 0 else negative_slope  # z == 0 uses the slope
+
+
+# ------------------------------------------------------------------ softmax
+
+def edge_softmax(indptr, scores):
+    """-> (probs like scores, lse (N,) or (N, H))."""
+    s, heads = _edge(scores)
+    probs = np.zeros_like(s)
+    lse = np.full((len(indptr) - 1, s.shape[1]), NEG_INF)
+    for d, start, stop in _rows(indptr):
+        for h in range(s.shape[1]):
+            p, row_lse = softmax_row(s[start:stop, h])
+            for j, e in enumerate(range(start, stop)):
+                probs[e, h] = p[j]
+            lse[d, h] = row_lse
+    return _drop(probs, heads), _drop(lse, heads)
+
+
+def edge_softmax_backward(indptr, probs, grad_probs):
+    """grad_scores[e] = p[e] * (g[e] - sum_row p * g)."""
+    p, heads = _edge(probs)
+    g, _ = _edge(grad_probs)
+    grad = np.zeros_like(p)
+    for _, start, stop in _rows(indptr):
+        for h in range(p.shape[1]):
+            dot = math.fsum(p[e, h] * g[e, h] for e in range(start, stop))
+            for e in range(start, stop):
+                grad[e, h] = p[e, h] * (g[e, h] - dot)
+    return _drop(grad, heads)
+
+
+# ------------------------------------------------------------------ spmm
+
+def spmm(indptr, indices, weights, values):
+    """out[d] = sum over row d's edges e of weights[e] * values[src(e)]; weights None -> 1."""
+    v, heads = _node_vec(values)
+    src = _ints(indices)
+    w = np.ones((len(src), v.shape[1])) if weights is None else _edge(weights)[0]
+    out = np.zeros((len(indptr) - 1, v.shape[1], v.shape[2]))
+    for d, start, stop in _rows(indptr):
+        for h in range(v.shape[1]):
+            acc = np.zeros(v.shape[2])
+            for e in range(start, stop):
+                acc += w[e, h] * v[src[e], h]
+            out[d, h] = acc
+    return _drop(out, heads)
+
+
+def spmm_backward(indptr, indices, weights, values, grad_out):
+    """-> (grad_weights or None when weights is None, grad_values)."""
+    v, heads = _node_vec(values)
+    go, _ = _node_vec(grad_out)
+    src = _ints(indices)
+    w = np.ones((len(src), v.shape[1])) if weights is None else _edge(weights)[0]
+    grad_w = np.zeros((len(src), v.shape[1]))
+    grad_v = np.zeros_like(v)
+    for d, start, stop in _rows(indptr):
+        for h in range(v.shape[1]):
+            for e in range(start, stop):
+                grad_w[e, h] = float(np.dot(go[d, h], v[src[e], h]))
+                grad_v[src[e], h] += w[e, h] * go[d, h]
+    grad_weights = None if weights is None else _drop(grad_w, np.ndim(weights) == 2)
+    return grad_weights, _drop(grad_v, heads)
+
+
+# ------------------------------------------------------------------ sddmm
+
+def sddmm(indptr, indices, dst_feat, src_feat, op="dot", scale=1.0):
+    """"dot": scale * <dst[d], src[s]>; "add": dst[d] + src[s]. -> (E,) or (E, H)."""
+    src = _ints(indices)
+    if op == "dot":
+        a, heads = _node_vec(dst_feat)
+        b, _ = _node_vec(src_feat)
+    else:
+        a, heads = _node_scalar(dst_feat)
+        b, _ = _node_scalar(src_feat)
+    out = np.zeros((len(src), a.shape[1]))
+    for d, start, stop in _rows(indptr):
+        for h in range(a.shape[1]):
+            for e in range(start, stop):
+                if op == "dot":
+                    out[e, h] = scale * math.fsum(a[d, h] * b[src[e], h])
+                else:
+                    out[e, h] = a[d, h] + b[src[e], h]
+    return _drop(out, heads)
+
+
+def sddmm_backward(indptr, indices, dst_feat, src_feat, grad_scores, op="dot", scale=1.0):
+    """-> (grad_dst_feat, grad_src_feat)."""
+    src = _ints(indices)
+    if op == "dot":
+        a, heads = _node_vec(dst_feat)
+        b, _ = _node_vec(src_feat)
+    else:
+        a, heads = _node_scalar(dst_feat)
+        b, _ = _node_scalar(src_feat)
+    g, _ = _edge(grad_scores)
+    grad_a = np.zeros_like(a)
+    grad_b = np.zeros_like(b)
+    for d, start, stop in _rows(indptr):
+        for h in range(a.shape[1]):
+            for e in range(start, stop):
+                if op == "dot":
+                    grad_a[d, h] += scale * g[e, h] * b[src[e], h]
+                    grad_b[src[e], h] += scale * g[e, h] * a[d, h]
+                else:
+                    grad_a[d, h] += g[e, h]
+                    grad_b[src[e], h] += g[e, h]
+    return _drop(grad_a, heads), _drop(grad_b, heads)
+
+
+# ------------------------------------------------------------------ fused attention
+
+def attention_aggregate(indptr, indices, scores, values):
+    """-> (out (N,[H,]F), lse (N,[H])): per row, softmax over its edges, then the weighted sum."""
+    s, _ = _edge(scores)
+    v, heads = _node_vec(values)
+    src = _ints(indices)
+    out = np.zeros((len(indptr) - 1, v.shape[1], v.shape[2]))
+    lse = np.full((len(indptr) - 1, v.shape[1]), NEG_INF)
+    for d, start, stop in _rows(indptr):
+        for h in range(v.shape[1]):
+            p, lse[d, h] = softmax_row(s[start:stop, h])
+            acc = np.zeros(v.shape[2])
+            for j, e in enumerate(range(start, stop)):
+                acc += p[j] * v[src[e], h]
+            out[d, h] = acc
+    return _drop(out, heads), _drop(lse, heads)
+
+
+def attention_aggregate_backward(indptr, indices, scores, values, grad_out):
+    """-> (grad_scores, grad_values)."""
+    s, s_heads = _edge(scores)
+    v, heads = _node_vec(values)
+    go, _ = _node_vec(grad_out)
+    src = _ints(indices)
+    grad_s = np.zeros_like(s)
+    grad_v = np.zeros_like(v)
+    for d, start, stop in _rows(indptr):
+        for h in range(v.shape[1]):
+            p, _ = softmax_row(s[start:stop, h])
+            grad_p = [float(np.dot(go[d, h], v[src[e], h])) for e in range(start, stop)]
+            dot = math.fsum(pj * gj for pj, gj in zip(p, grad_p))
+            for j, e in enumerate(range(start, stop)):
+                grad_s[e, h] = p[j] * (grad_p[j] - dot)
+                grad_v[src[e], h] += p[j] * go[d, h]
+    return _drop(grad_s, s_heads), _drop(grad_v, heads)
+
+
+def _default_scale(q, scale):
+    return 1.0 / math.sqrt(np.shape(q)[-1]) if scale is None else scale
+
+
+def graph_attention(indptr, indices, q, k, v, scale=None):
+    """softmax_e(scale * <q[d], k[s]>) weighting v[s] -> (out, lse)."""
+    scores = sddmm(indptr, indices, q, k, "dot", _default_scale(q, scale))
+    return attention_aggregate(indptr, indices, scores, v)
+
+
+def graph_attention_backward(indptr, indices, q, k, v, grad_out, scale=None):
+    """-> (grad_q, grad_k, grad_v); recomputes the forward from q, k, v."""
+    scale = _default_scale(q, scale)
+    scores = sddmm(indptr, indices, q, k, "dot", scale)
+    grad_scores, grad_v = attention_aggregate_backward(indptr, indices, scores, v, grad_out)
+    grad_q, grad_k = sddmm_backward(indptr, indices, q, k, grad_scores, "dot", scale)
+    return grad_q, grad_k, grad_v
+
+
+def _gat_scores(indptr, indices, a_dst, a_src, negative_slope):
+    z, heads = _edge(sddmm(indptr, indices, a_dst, a_src, "add"))
+    scores = np.array([[leaky_relu(x, negative_slope) for x in row] for row in z]).reshape(z.shape)
+    return z, _drop(scores, heads)
+
+
+def gat_attention(indptr, indices, a_dst, a_src, values, negative_slope=0.2):
+    """softmax_e(leaky_relu(a_dst[d] + a_src[s])) weighting values[s] -> (out, lse)."""
+    _, scores = _gat_scores(indptr, indices, a_dst, a_src, negative_slope)
+    return attention_aggregate(indptr, indices, scores, values)
+
+
+def gat_attention_backward(indptr, indices, a_dst, a_src, values, grad_out, negative_slope=0.2):
+    """-> (grad_a_dst, grad_a_src, grad_values)."""
+    z, scores = _gat_scores(indptr, indices, a_dst, a_src, negative_slope)
+    grad_scores, grad_values = attention_aggregate_backward(indptr, indices, scores, values, grad_out)
+    g, heads = _edge(grad_scores)
+    grad_z = np.zeros_like(g)
+    for e in range(g.shape[0]):
+        for h in range(g.shape[1]):
+            grad_z[e, h] = g[e, h] * leaky_relu_grad(z[e, h], negative_slope)
+    grad_a_dst, grad_a_src = sddmm_backward(indptr, indices, a_dst, a_src,
+                                            _drop(grad_z, heads), "add")
+    return grad_a_dst, grad_a_src, grad_values

@@ -1,0 +1,226 @@
+"""Every backward op: against the loop reference, and against central finite differences
+of the package's own forward in float64 (random directions on random graphs, and every
+coordinate on a tiny graph)."""
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cases import CASE_BY_NAME, case_params, check_case
+from graphs import GraphData, csr_graphs, heads, hub, num_dst_of, seeds
+from helpers import HYP_FEW, array_module_of, make_graph, to_np, to_xp
+
+BACKWARD = ("edge_softmax_backward", "spmm_backward", "sddmm_backward",
+            "attention_aggregate_backward", "graph_attention_backward", "gat_attention_backward")
+BACKWARD_CASES = case_params(*BACKWARD)
+
+
+# ------------------------------------------------------------------ against the loop reference
+
+@pytest.mark.parametrize("case", ["edge_softmax_backward", "spmm_backward",
+                                  "attention_aggregate_backward", "gat_attention_backward"])
+def test_hub_row(xp, api, case):
+    check_case(xp, api, CASE_BY_NAME[case], hub(), None, 2, np.float64, seed=2)
+
+
+# ------------------------------------------------------------------ finite differences
+
+@dataclass(frozen=True)
+class FDCase:
+    """forward(api, g, x) -> output; backward(api, g, x, grad_out) -> {input name: gradient}."""
+    name: str
+    make: object  # (rng, graph, H, F) -> {input name: float64 array}
+    forward: object
+    backward: object
+
+    def __str__(self):
+        return self.name
+
+
+def _n(graph):
+    return num_dst_of(graph)
+
+
+def _shape(n, H, *rest):
+    return (n,) + (() if H is None else (H,)) + rest
+
+
+def _make_scores_values(rng, graph, H, F):
+    return {"scores": rng.standard_normal(_shape(len(graph.indices), H)) * 1.5,
+            "values": rng.standard_normal(_shape(graph.num_src, H, F))}
+
+
+def _aggregate_backward_with_lse(api, g, x, go):
+    _, lse = api.attention_aggregate(g, x["scores"], x["values"], return_lse=True)
+    gs, gv = api.attention_aggregate_backward(g, x["scores"], x["values"], go, lse=lse)
+    return {"scores": gs, "values": gv}
+
+
+def _graph_attention_fd(scale):
+    kw = {} if scale is None else {"scale": scale}
+
+    def make(rng, graph, H, F):
+        return {"q": rng.standard_normal(_shape(_n(graph), H, F + 1)),
+                "k": rng.standard_normal(_shape(graph.num_src, H, F + 1)),
+                "v": rng.standard_normal(_shape(graph.num_src, H, F))}
+
+    def forward(api, g, x):
+        return api.graph_attention(g, x["q"], x["k"], x["v"], **kw)
+
+    def backward(api, g, x, go):
+        out, lse = api.graph_attention(g, x["q"], x["k"], x["v"], return_lse=True, **kw)
+        gq, gk, gv = api.graph_attention_backward(g, x["q"], x["k"], x["v"], out, go, lse, **kw)
+        return {"q": gq, "k": gk, "v": gv}
+
+    return FDCase(f"graph_attention_scale={scale}", make, forward, backward)
+
+
+def _gat_fd(slope):
+    kw = {} if slope is None else {"negative_slope": slope}
+
+    def make(rng, graph, H, F):
+        # a_dst + a_src = integer + 0.7 + small noise: both signs, never within a step of
+        # leaky_relu's kink at 0, where a central difference would straddle it
+        def near_lattice(shape, offset):
+            return rng.integers(-2, 3, shape) + offset + 0.05 * rng.standard_normal(shape)
+
+        return {"a_dst": near_lattice(_shape(_n(graph), H), 0.3),
+                "a_src": near_lattice(_shape(graph.num_src, H), 0.4),
+                "values": rng.standard_normal(_shape(graph.num_src, H, F))}
+
+    def forward(api, g, x):
+        return api.gat_attention(g, x["a_dst"], x["a_src"], x["values"], **kw)
+
+    def backward(api, g, x, go):
+        out, lse = api.gat_attention(g, x["a_dst"], x["a_src"], x["values"], return_lse=True, **kw)
+        gd, gs, gv = api.gat_attention_backward(g, x["a_dst"], x["a_src"], x["values"], out, go,
+                                                lse, **kw)
+        return {"a_dst": gd, "a_src": gs, "values": gv}
+
+    return FDCase(f"gat_attention_slope={slope}", make, forward, backward)
+
+
+def _spmm_unweighted_backward(api, g, x, go):
+    grad_weights, grad_values = api.spmm_backward(g, None, x["values"], go)
+    assert grad_weights is None
+    return {"values": grad_values}
+
+
+def _sddmm_fd(op, scale):
+    kw = {"op": op} if scale is None else {"op": op, "scale": scale}
+
+    def make(rng, graph, H, F):
+        tail = (F,) if op == "dot" else ()
+        return {"dst_feat": rng.standard_normal(_shape(_n(graph), H, *tail)),
+                "src_feat": rng.standard_normal(_shape(graph.num_src, H, *tail))}
+
+    def forward(api, g, x):
+        return api.sddmm(g, x["dst_feat"], x["src_feat"], **kw)
+
+    def backward(api, g, x, go):
+        gd, gs = api.sddmm_backward(g, x["dst_feat"], x["src_feat"], go, **kw)
+        return {"dst_feat": gd, "src_feat": gs}
+
+    return FDCase(f"sddmm_{op}_scale={scale}", make, forward, backward)
+
+
+FD_CASES = [
+    FDCase("edge_softmax",
+           lambda rng, graph, H, F: {"scores": rng.standard_normal(_shape(len(graph.indices), H))},
+           lambda api, g, x: api.edge_softmax(g, x["scores"]),
+           lambda api, g, x, go: {"scores": api.edge_softmax_backward(
+               g, api.edge_softmax(g, x["scores"]), go)}),
+    FDCase("spmm",
+           lambda rng, graph, H, F: {"weights": rng.standard_normal(_shape(len(graph.indices), H)),
+                                     "values": rng.standard_normal(_shape(graph.num_src, H, F))},
+           lambda api, g, x: api.spmm(g, x["weights"], x["values"]),
+           lambda api, g, x, go: dict(zip(["weights", "values"],
+                                          api.spmm_backward(g, x["weights"], x["values"], go)))),
+    FDCase("spmm_unweighted",
+           lambda rng, graph, H, F: {"values": rng.standard_normal(_shape(graph.num_src, H, F))},
+           lambda api, g, x: api.spmm(g, None, x["values"]),
+           _spmm_unweighted_backward),
+    _sddmm_fd("dot", None),
+    _sddmm_fd("dot", 0.7),
+    _sddmm_fd("add", None),
+    FDCase("attention_aggregate_lse=None", _make_scores_values,
+           lambda api, g, x: api.attention_aggregate(g, x["scores"], x["values"]),
+           lambda api, g, x, go: dict(zip(["scores", "values"], api.attention_aggregate_backward(
+               g, x["scores"], x["values"], go)))),
+    FDCase("attention_aggregate_lse=given", _make_scores_values,
+           lambda api, g, x: api.attention_aggregate(g, x["scores"], x["values"]),
+           _aggregate_backward_with_lse),
+    _graph_attention_fd(None),
+    _graph_attention_fd(0.3),
+    _gat_fd(None),
+    _gat_fd(0.05),
+]
+FD_PARAMS = [pytest.param(c, id=c.name) for c in FD_CASES]
+
+STEP = 1e-6
+
+
+def _setup(xp, api, case, graph, H, F, seed):
+    rng = np.random.default_rng(seed)
+    x = case.make(rng, graph, H, F)
+    g = make_graph(xp, graph)
+    out = to_np(case.forward(api, g, to_xp(xp, x)))
+    grad_out = rng.standard_normal(out.shape)
+    grads = case.backward(api, g, to_xp(xp, x), to_xp(xp, grad_out))
+    assert sorted(grads) == sorted(x)
+    for name, grad in grads.items():
+        assert array_module_of(grad) == xp.__name__, name
+        assert grad.dtype == np.float64 and grad.shape == x[name].shape, name
+    grads = {name: to_np(grad) for name, grad in grads.items()}
+
+    def loss(inputs):
+        return float(np.sum(to_np(case.forward(api, g, to_xp(xp, inputs))) * grad_out))
+
+    loss_scale = float(np.sum(np.abs(out * grad_out))) + 1.0
+    return rng, x, grads, loss, loss_scale
+
+
+@pytest.mark.parametrize("case", FD_PARAMS)
+@given(graph=csr_graphs(hub_degrees=(100, 300)), H=heads, F=st.sampled_from([1, 2, 3]),
+       seed=seeds)
+@HYP_FEW
+def test_directional_derivatives(xp, api, case, graph, H, F, seed):
+    """<grad, u> equals the central difference of sum(forward * grad_out) along u."""
+    rng, x, grads, loss, loss_scale = _setup(xp, api, case, graph, H, F, seed)
+    for name in x:
+        for _ in range(2):
+            u = rng.standard_normal(x[name].shape)
+            plus, minus = dict(x), dict(x)
+            plus[name] = x[name] + STEP * u
+            minus[name] = x[name] - STEP * u
+            numeric = (loss(plus) - loss(minus)) / (2 * STEP)
+            analytic = float(np.sum(grads[name] * u))
+            tol = 1e-6 * float(np.sum(np.abs(grads[name] * u))) + 1e-9 * loss_scale
+            assert abs(numeric - analytic) <= tol, (name, numeric, analytic)
+
+
+# rows: 0 -> [1, 0], 1 -> [], 2 -> [2, 2, 0] (a duplicate), 3 -> [1]; 3 sources
+TINY = GraphData(np.array([0, 2, 2, 5, 6], np.int32), np.array([1, 0, 2, 2, 0, 1], np.int32), 3)
+
+
+@pytest.mark.parametrize("H", [None, 2])
+@pytest.mark.parametrize("case", FD_PARAMS)
+def test_every_coordinate_on_tiny_graph(xp, api, case, H):
+    _, x, grads, loss, loss_scale = _setup(xp, api, case, TINY, H, 3, seed=7)
+    for name in x:
+        numeric = np.zeros_like(x[name])
+        for i in range(x[name].size):
+            step = np.zeros_like(x[name])
+            step.flat[i] = STEP
+            plus, minus = dict(x), dict(x)
+            plus[name] = x[name] + step
+            minus[name] = x[name] - step
+            numeric.flat[i] = (loss(plus) - loss(minus)) / (2 * STEP)
+        np.testing.assert_allclose(grads[name], numeric, rtol=1e-6, atol=1e-8 * loss_scale,
+                                   equal_nan=False, err_msg=name)
+    # sources 0..2 are all used and row 1 is empty: gradients of unused nodes are exactly 0
+    for name in ("a_dst", "q", "dst_feat"):
+        if name in grads:
+            assert (grads[name][1] == 0).all(), name

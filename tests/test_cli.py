@@ -1,0 +1,432 @@
+"""The csrattn command (info, check, bench) on the CPU backend, and the benchmark machinery
+it shares with benchmarks/bench_gpu.py."""
+import importlib.util
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import cupy_csrattn as ca
+from cupy_csrattn import benchmark as bm
+from cupy_csrattn import cli, datasets
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_module(*args, env=None):
+    """python -m cupy_csrattn.cli ARGS in a fresh process (stderr is a pipe: no progress bar)."""
+    environment = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    environment.update(env or {})
+    return subprocess.run([sys.executable, "-m", "cupy_csrattn.cli", *args], capture_output=True, text=True,
+                          env=environment, cwd=ROOT, timeout=120)
+
+
+def run_main(capsys, *args):
+    """cli.main(args) in this process: (exit status, stdout, stderr)."""
+    status = cli.main(list(args))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def one_line(text):
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {lines}"
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------
+# The command line itself
+
+def test_help_in_a_fresh_process():
+    result = run_module("--help")
+    assert result.returncode == 0
+    for command in ("info", "check", "bench"):
+        assert command in result.stdout
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["info", "check", "bench"])
+def test_subcommand_help(capsys, command):
+    status, out, err = run_main(capsys, command, "--help")
+    assert status == 0
+    assert f"usage: csrattn {command}" in out
+    assert err == ""
+
+
+def test_version(capsys):
+    status, out, _ = run_main(capsys, "--version")
+    assert status == 0 and ca.__version__ in out
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["bench", "--heads", "0"], "--heads"),
+    (["bench", "--dtype", "float8"], "invalid choice"),
+    (["bench", "--ops", "softmax"], "--ops"),
+    (["check", "--bogus"], "unrecognized arguments"),
+    (["frobnicate"], "invalid choice"),
+    ([], "choose a command"),
+    (["bench", "--graph", "rmat:x"], "bad graph spec"),
+    (["bench", "--graph", "uniform:10"], "uniform:N,DEG"),
+    (["bench", "--graph", "/no/such/graph.mtx"], "/no/such/graph.mtx"),
+])
+def test_usage_errors_exit_2_with_one_line(capsys, args, fragment):
+    status, _, err = run_main(capsys, *args)
+    assert status == 2
+    line = one_line(err)
+    assert fragment in line
+    assert "Traceback" not in err
+
+
+def test_usage_error_in_a_fresh_process():
+    result = run_module("bench", "--repeat", "zero")
+    assert result.returncode == 2
+    assert "--repeat" in one_line(result.stderr)
+
+
+# ---------------------------------------------------------------------------------------
+# info
+
+def test_info_reports_versions_and_backend(capsys, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "0123abcd.cubin").write_bytes(b"\0ELF..\0softmax_groups_forward\0more")
+    (cache / "other.cubin").write_bytes(b"unrelated kernel")
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(cache))
+    status, out, err = run_main(capsys, "info")
+    assert status == 0 and err == ""
+    for fragment in (f"cupy_csrattn {ca.__version__}", "NumPy", np.__version__, "SciPy", "CuPy",
+                     "Kernels", "softmax", "aggregate", "sddmm", str(cache), "2 files", "softmax 1"):
+        assert fragment in out, fragment
+    if not bm.gpu_usable()[0]:
+        assert "no usable GPU" in out and "CPU backend" in out
+
+
+def test_info_json(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "missing"))
+    status, out, _ = run_main(capsys, "info", "--json")
+    assert status == 0
+    info = json.loads(out)
+    assert info["cupy_csrattn"]["version"] == ca.__version__
+    assert info["numpy"] == np.__version__
+    assert info["kernel_cache"]["exists"] is False
+    assert info["kernels"]["specializations"] == len(info["kernels"]["families"]) * 6
+    assert isinstance(info["gpu_usable"], bool)
+
+
+# ---------------------------------------------------------------------------------------
+# check
+
+def test_check_quick_on_the_cpu_backend_in_a_fresh_process():
+    result = run_module("check", "--quick", "--cpu", "--no-compile")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "CPU backend" in result.stdout
+    assert "check passed" in result.stdout
+    for op in ("edge_softmax", "spmm_backward", "graph_attention_backward", "gat_attention_backward"):
+        assert op in result.stdout
+    assert result.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+def test_check_reports_a_mismatch_and_exits_1(capsys, monkeypatch):
+    import cupy_csrattn.cpu.softmax as cpu_softmax
+    original = cpu_softmax.edge_softmax
+
+    def wrong(graph, scores, out):
+        original(graph, scores, out)
+        if out.size:
+            out.reshape(-1)[-1] += 0.5
+
+    monkeypatch.setattr(cpu_softmax, "edge_softmax", wrong)
+    status, out, _ = run_main(capsys, "check", "--quick", "--cpu", "--no-compile")
+    assert status == 1
+    assert "check FAILED" in out
+    assert "edge_softmax on random+hub" in out
+    assert "max error" in out
+
+
+def test_check_compiles_through_real_nvrtc_when_present(capsys):
+    try:
+        cli._nvrtc_version()
+    except Exception as error:
+        pytest.skip(f"NVRTC is not usable here: {type(error).__name__}")
+    from cupy_csrattn import _kernels
+    status, out, _ = run_main(capsys, "check", "--quick", "--cpu")
+    assert status == 0, out
+    count = len(_kernels.ENTRY_POINTS)
+    assert f"{count} of {count} kernel specializations compile for sm_90" in out
+
+
+def test_check_without_nvrtc_says_so(capsys, monkeypatch):
+    def missing():
+        raise ImportError("No module named 'cupy_backends'")
+    monkeypatch.setattr(cli, "_nvrtc_version", missing)
+    status, out, _ = run_main(capsys, "check", "--quick", "--cpu")
+    assert status == 0
+    assert "kernel compilation not checked: NVRTC is not available" in out
+    assert "check passed" in out
+
+
+def fake_compile(fail_family=None, drop_entry=None):
+    from cupy_csrattn import _kernels
+    calls = []
+
+    def compile_for_arch(family, dtype, index_dtype, arch):
+        calls.append((family, np.dtype(dtype).name, np.dtype(index_dtype).name, arch))
+        if family == fail_family:
+            raise _kernels.KernelCompileError(f"compiling {family}.cu [{np.dtype(dtype).name}, "
+                                              f"{np.dtype(index_dtype).name}] for {arch} failed:\nerror: x")
+        names = [n for n in _kernels.ENTRY_POINTS[family] if n != drop_entry]
+        return "", b"\0" + b"\0".join(n.encode() for n in names) + b"\0"
+    return compile_for_arch, calls
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_check_compiles_every_specialization_through_nvrtc(capsys, monkeypatch, quick):
+    from cupy_csrattn import _kernels
+    # --quick: one specialization per family (float32, int32); else all of them
+    count = len(_kernels.ENTRY_POINTS) if quick else len(_kernels.specializations())
+    compile_for_arch, calls = fake_compile()
+    monkeypatch.setattr(cli, "_nvrtc_version", lambda: "12.9")
+    monkeypatch.setattr(_kernels, "compile_for_arch", compile_for_arch)
+    monkeypatch.setattr(cli, "_check_ops", lambda *args: ({}, []))  # the compile step only
+    args = ["check", "--cpu", "--arch", "sm_80"] + (["--quick"] if quick else [])
+    status, out, _ = run_main(capsys, *args)
+    assert status == 0, out
+    assert f"{count} of {count} kernel specializations compile for sm_80" in out
+    assert len(calls) == count and all(arch == "sm_80" for *_, arch in calls)
+    assert len(calls) == len(set(calls))
+
+
+def test_check_reports_compile_failures(capsys, monkeypatch):
+    from cupy_csrattn import _kernels
+    monkeypatch.setattr(cli, "_nvrtc_version", lambda: "12.9")
+    monkeypatch.setattr(cli, "_check_ops", lambda *args: ({}, []))
+    monkeypatch.setattr(_kernels, "compile_for_arch", fake_compile(fail_family="sddmm")[0])
+    status, out, _ = run_main(capsys, "check", "--cpu", "--quick")
+    assert status == 1
+    assert "check FAILED" in out and "sddmm.cu [float32, int32]" in out
+    dropped = _kernels.ENTRY_POINTS["softmax"][-1]
+    monkeypatch.setattr(_kernels, "compile_for_arch", fake_compile(drop_entry=dropped)[0])
+    status, out, _ = run_main(capsys, "check", "--cpu", "--quick")
+    assert status == 1
+    assert f"entry points missing from the binary: {dropped}" in out
+
+
+def test_check_gpu_path_with_a_fake_device(monkeypatch):
+    """The GPU branch of the op check, with NumPy standing in for CuPy: results that agree
+    pass, and an op without a GPU kernel is counted as such, not as a failure."""
+    class FakeDeviceArray(np.ndarray):
+        pass
+
+    fake_cupy = types.SimpleNamespace(asarray=lambda a: np.asarray(a).view(FakeDeviceArray),
+                                      asnumpy=lambda a: np.asarray(a))
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setattr(ca.CSRGraph, "to_gpu", lambda self: self)
+    small_graphs = cli._check_graphs
+    monkeypatch.setattr(cli, "_check_graphs", lambda rng, gpu, quick: small_graphs(rng, False, True))
+    original = ca.graph_attention
+
+    def without_kernel(graph, *arrays, **kwargs):
+        if any(isinstance(a, FakeDeviceArray) for a in arrays):
+            raise NotImplementedError("graph_attention has no GPU kernel yet")
+        return original(graph, *arrays, **kwargs)
+
+    monkeypatch.setattr(ca, "graph_attention", without_kernel)
+    summary, failures = cli._check_ops(True, True, 0, False)
+    assert failures == []
+    assert summary["graph_attention"]["no_kernel"] == summary["graph_attention"]["cases"] > 0
+    for op in ("spmm", "graph_attention_backward", "edge_softmax"):
+        assert summary[op]["ok"] == summary[op]["cases"] > 0
+
+
+def test_check_compare_rules():
+    assert cli._compare(np.array([1.0, 2.0]), np.array([1.0, 2.0 + 1e-7]), 1e-5) is None
+    assert "max error" in cli._compare(np.array([1.0, 2.0]), np.array([1.0, 2.1]), 1e-5)
+    assert "NaN" in cli._compare(np.array([np.nan]), np.array([np.nan]), 1e-5)
+    assert cli._compare(np.array([-np.inf, 0.0]), np.array([-np.inf, 0.0]), 1e-5) is None
+    assert "infinity" in cli._compare(np.array([0.0]), np.array([-np.inf]), 1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# bench
+
+def test_bench_tiny_graph_writes_json(capsys, tmp_path):
+    status, out, err = run_main(capsys, "bench", "--graph", "uniform:300,4", "rmat:6",
+                                "--ops", "edge_softmax", "spmm", "attention_aggregate",
+                                "--heads", "1", "2", "--features", "8", "--repeat", "1",
+                                "--device", "cpu", "--out", str(tmp_path), "--no-plot")
+    assert status == 0, err
+    assert "CPU backend" in out
+    assert "uniform-300x4" in out and "rmat-6" in out
+    assert "csrattn" in out and "numpy" in out and "scipy" in out
+    files = list(tmp_path.glob("bench_cpu_*.json"))
+    assert len(files) == 1
+    document = json.loads(files[0].read_text())
+    assert document["device"] == "cpu"
+    records = document["records"]
+    cases = {(r["graph"], r["op"], r["H"], r["F"]) for r in records if r["method"] == "csrattn"}
+    assert len(cases) == 2 * 3 * 2
+    for record in records:
+        assert record["ms"] > 0 and record["bytes"] > 0
+        assert record["roofline_fraction"] == pytest.approx(record["roofline_ms"] / record["ms"])
+    assert {r["method"] for r in records} >= {"csrattn", "numpy", "scipy", "numpy+scipy"}
+    assert document["settings"]["heads"] == [1, 2]
+
+
+def test_bench_plots_or_says_why_not(capsys, tmp_path):
+    status, out, _ = run_main(capsys, "bench", "--graph", "uniform:100,3", "--ops", "edge_softmax",
+                              "--repeat", "1", "--device", "cpu", "--out", str(tmp_path))
+    assert status == 0
+    if bm.matplotlib_available():
+        assert (tmp_path / "bench_uniform-100x3.png").stat().st_size > 0
+    else:
+        assert "plots skipped: matplotlib is not installed" in out
+        assert not list(tmp_path.glob("*.png"))
+
+
+def test_bench_graph_file_and_malformed_file(capsys, tmp_path):
+    good = tmp_path / "tiny.txt"
+    good.write_text("0 1\n1 2\n2 0\n3 1\n")
+    status, out, err = run_main(capsys, "bench", "--graph", str(good), "--ops", "spmm", "--repeat", "1",
+                                "--device", "cpu", "--heads", "1", "--features", "4")
+    assert status == 0, err
+    assert "tiny: 4 rows, 4 edges" in out
+    assert "results not written" in out
+    bad = tmp_path / "bad.txt"
+    bad.write_text("0 1\n1 two\n")
+    status, _, err = run_main(capsys, "bench", "--graph", str(bad), "--ops", "spmm", "--repeat", "1",
+                              "--device", "cpu")
+    assert status == 1
+    assert f"{bad}:2:" in one_line(err)
+
+
+def test_bench_device_gpu_without_gpu(capsys):
+    if bm.gpu_usable()[0]:
+        pytest.skip("a GPU is usable here")
+    status, _, err = run_main(capsys, "bench", "--device", "gpu", "--graph", "uniform:10,2")
+    assert status == 1
+    assert "--device gpu" in one_line(err)
+
+
+# ---------------------------------------------------------------------------------------
+# Progress bar
+
+def test_progress_bar_draws_only_when_enabled():
+    stream = io.StringIO()
+    with cli.Progress(4, "work", enabled=True, stream=stream) as progress:
+        for _ in range(4):
+            progress.advance(note="step")
+    text = stream.getvalue()
+    assert "work [" in text and "4/4" in text
+    assert text.endswith("\r")  # the bar is cleared at the end
+    quiet = io.StringIO()
+    with cli.Progress(4, "work", stream=quiet) as progress:  # StringIO is not a TTY
+        progress.advance()
+    assert quiet.getvalue() == ""
+
+
+# ---------------------------------------------------------------------------------------
+# Benchmark machinery (CPU parts)
+
+def test_graph_specs():
+    name, build = bm.graph_from_spec("rmat:8")
+    assert name == "rmat-8" and build().shape == (256, 256)
+    name, build = bm.graph_from_spec("rmat:8,4")
+    assert name == "rmat-8x4" and build().num_edges == 1024
+    name, build = bm.graph_from_spec("uniform:50,3")
+    assert name == "uniform-50x3" and build().num_edges == 150
+    with pytest.raises(ValueError, match="uniform:N,DEG"):
+        bm.graph_from_spec("uniform:5")
+    with pytest.raises(FileNotFoundError):
+        bm.graph_from_spec("missing.mtx")
+
+
+def test_file_graphs_are_made_square(tmp_path):
+    path = tmp_path / "rect.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate pattern general\n2 5 2\n1 5\n2 1\n")
+    name, build = bm.graph_from_spec(str(path))
+    graph = build()
+    assert name == "rect" and graph.shape == (5, 5)
+    assert graph.indptr.tolist() == [0, 1, 2, 2, 2, 2]
+
+
+def test_make_cases_skips_features_for_edge_only_ops():
+    cases = bm.make_cases(["edge_softmax", "spmm"], ["float32"], [1, 8], [16, 64])
+    assert [c for c in cases if c.op == "edge_softmax"] == [bm.Case("edge_softmax", "float32", 1, 0),
+                                                           bm.Case("edge_softmax", "float32", 8, 0)]
+    assert len([c for c in cases if c.op == "spmm"]) == 4
+    with pytest.raises(ValueError, match="unknown op"):
+        bm.make_cases(["nope"], ["float32"], [1], [1])
+
+
+def test_byte_counts_are_the_gpu_benchmark_formulas():
+    graph = datasets.uniform_graph(1000, 7, seed=0)
+    E, N, idx = graph.num_edges, graph.num_dst, graph.indices.itemsize
+    for dtype, H, F in (("float32", 8, 16), ("float16", 1, 64)):
+        isz = np.dtype(dtype).itemsize
+        gather = E * (idx + H * isz + H * F * isz) + N * H * F * isz
+        backward = (E * (2 * idx + 8 + 2 * H * isz + 2 * H * F * isz) + 2 * N * H * F * isz + E * H * isz)
+        assert bm.op_bytes("edge_softmax", graph, dtype, H, 0) == 2 * E * H * isz + graph.indptr.nbytes
+        assert bm.op_bytes("edge_softmax_backward", graph, dtype, H, 0) == 3 * E * H * isz + graph.indptr.nbytes
+        assert bm.op_bytes("attention_aggregate", graph, dtype, H, F) == gather
+        assert bm.op_bytes("spmm", graph, dtype, H, F) == gather
+        assert bm.op_bytes("attention_aggregate_backward", graph, dtype, H, F) == backward
+        assert bm.op_bytes("spmm_backward", graph, dtype, H, F) == backward
+
+
+def test_cpu_baselines_compute_the_same_thing():
+    rng = np.random.default_rng(0)
+    degrees = rng.integers(0, 6, 50)
+    degrees[::9] = 0
+    indptr = np.concatenate([[0], np.cumsum(degrees)])
+    graph = ca.CSRGraph(indptr, rng.integers(0, 50, indptr[-1]), 50)
+    rows = graph.row_of_edge()
+    scores = rng.standard_normal((graph.num_edges, 3))
+    grads = rng.standard_normal((graph.num_edges, 3))
+    values = rng.standard_normal((50, 3, 4))
+    probs = ca.edge_softmax(graph, scores)
+    assert np.allclose(bm.numpy_softmax(graph, rows, scores), probs)
+    assert np.allclose(bm.numpy_softmax_backward(graph, rows, probs, grads),
+                       ca.edge_softmax_backward(graph, probs, grads))
+    assert np.allclose(bm.scipy_spmm(graph, scores, values), ca.spmm(graph, scores, values))
+    assert np.allclose(bm.numpy_scipy_aggregate(graph, rows, scores, values),
+                       ca.attention_aggregate(graph, scores, values))
+    assert np.allclose(bm.composed_edge_dot(graph, rows, values, values, 0.5),
+                       ca.sddmm(graph, values, values, scale=0.5))
+
+
+def test_format_table_and_json(tmp_path):
+    records = [dict(graph="g", op="spmm", dtype="float32", H=1, F=8, method=m, ms=ms, roofline_fraction=0.5)
+               for m, ms in (("csrattn", 1.0), ("scipy", 3.0))]
+    table = bm.format_table(records, [dict(graph="g", op="sddmm", dtype="float32", H=1, F=8, method="csrattn",
+                                           reason="no GPU kernel yet")])
+    assert "3.00x" in table and "no GPU kernel yet" in table
+    path = bm.write_json(tmp_path / "sub" / "r.json", {"records": records})
+    assert json.loads(path.read_text())["records"][1]["ms"] == 3.0
+
+
+def test_bench_gpu_script_keeps_its_cases_and_command_line():
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "benchmarks" / "bench_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # importable without CuPy
+    cases = [(c.op, c.dtype, c.H, c.F, c.baselines) for c in module.cases()]
+    assert cases == [
+        ("edge_softmax", "float32", 8, 0, True), ("edge_softmax_backward", "float32", 8, 0, False),
+        ("edge_softmax", "float32", 1, 0, True), ("edge_softmax_backward", "float32", 1, 0, False),
+        ("edge_softmax", "float16", 8, 0, False),
+        ("attention_aggregate", "float32", 1, 64, True), ("attention_aggregate_backward", "float32", 1, 64, False),
+        ("spmm", "float32", 1, 64, True), ("spmm_backward", "float32", 1, 64, False),
+        ("attention_aggregate", "float32", 8, 16, True), ("attention_aggregate_backward", "float32", 8, 16, False),
+        ("spmm", "float32", 8, 16, True), ("spmm_backward", "float32", 8, 16, False),
+        ("attention_aggregate", "float16", 8, 16, False),
+    ]
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--help"],
+                            capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 0
+    assert "--quick" in result.stdout and "--only" in result.stdout

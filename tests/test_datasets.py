@@ -1,0 +1,418 @@
+"""cupy_csrattn.datasets: generators (shapes, seeds, degree distributions) and loaders
+(Matrix Market, .npz, edge lists), including malformed files named by file and line."""
+import gzip
+import re
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse
+
+import cupy_csrattn as ca
+from cupy_csrattn import datasets
+
+
+def dense(graph, values=None):
+    """The graph as a dense (num_dst, num_src) matrix summing values (ones by default)."""
+    data = np.ones(graph.num_edges) if values is None else np.asarray(values)
+    return scipy.sparse.csr_array((data, np.asarray(graph.indices), np.asarray(graph.indptr)),
+                                  shape=graph.shape).toarray()
+
+
+def rows_of(graph):
+    return np.repeat(np.arange(graph.num_dst), np.diff(graph.indptr))
+
+
+def same_graph(a, b):
+    return (a.shape == b.shape and np.array_equal(a.indptr, b.indptr)
+            and np.array_equal(a.indices, b.indices))
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def error_at(path, line):
+    """pytest.raises matcher for ValueError("{path}:{line}: ...")."""
+    return pytest.raises(ValueError, match=re.escape(f"{path}:{line}:"))
+
+
+# ---------------------------------------------------------------------------------------
+# uniform_graph
+
+def test_uniform_degrees_exact_and_shape():
+    g = datasets.uniform_graph(500, 7, seed=3)
+    assert isinstance(g, ca.CSRGraph) and g.device == "cpu"
+    assert g.shape == (500, 500) and g.num_edges == 3500
+    assert np.all(g.degrees() == 7)
+    assert g.index_dtype == np.int32
+    assert g.indices.min() >= 0 and g.indices.max() < 500
+
+
+def test_uniform_num_src_and_degree_zero():
+    g = datasets.uniform_graph(10, 4, num_src=3, seed=0)
+    assert g.shape == (10, 3) and g.indices.max() < 3
+    empty = datasets.uniform_graph(6, 0)
+    assert empty.num_edges == 0 and empty.shape == (6, 6)
+
+
+def test_uniform_seed_determinism():
+    assert same_graph(datasets.uniform_graph(100, 5, seed=1), datasets.uniform_graph(100, 5, seed=1))
+    assert not same_graph(datasets.uniform_graph(100, 5, seed=1), datasets.uniform_graph(100, 5, seed=2))
+
+
+def test_uniform_bad_arguments():
+    with pytest.raises(ValueError, match="degree"):
+        datasets.uniform_graph(10, -1)
+    with pytest.raises(TypeError, match="num_nodes"):
+        datasets.uniform_graph(10.0, 2)
+
+
+# ---------------------------------------------------------------------------------------
+# rmat_graph
+
+@pytest.fixture(scope="module")
+def rmat14():
+    return datasets.rmat_graph(14, seed=5)
+
+
+def test_rmat_shape_and_determinism(rmat14):
+    assert rmat14.shape == (1 << 14, 1 << 14)
+    assert rmat14.num_edges == 16 << 14
+    assert same_graph(rmat14, datasets.rmat_graph(14, seed=5))
+    assert not same_graph(rmat14, datasets.rmat_graph(14, seed=6))
+    small = datasets.rmat_graph(6, 4, seed=0)
+    assert small.shape == (64, 64) and small.num_edges == 256
+
+
+def test_rmat_in_degrees_are_heavy_tailed(rmat14):
+    degrees = np.asarray(rmat14.degrees())
+    mean = degrees.mean()
+    assert degrees.max() > 50 * mean          # hubs
+    assert (degrees == 0).mean() > 0.1         # and many empty rows
+    # Rough power law: the complementary CDF falls on a line in log-log space.
+    ks = 2.0 ** np.arange(2, 10)
+    ccdf = np.array([(degrees >= k).mean() for k in ks])
+    slope, _ = np.polyfit(np.log(ks), np.log(ccdf), 1)
+    assert -2.5 < slope < -0.5, slope
+    fit = np.polyval(np.polyfit(np.log(ks), np.log(ccdf), 1), np.log(ks))
+    assert np.corrcoef(fit, np.log(ccdf))[0, 1] > 0.97
+    # A uniform graph with the same mean has nothing of the kind.
+    uniform = np.asarray(datasets.uniform_graph(1 << 14, 16).degrees())
+    assert uniform.max() == 16
+
+
+def test_rmat_quadrant_probabilities_set_the_skew():
+    flat = np.asarray(datasets.rmat_graph(12, a=0.25, b=0.25, c=0.25, seed=0).degrees())
+    skewed = np.asarray(datasets.rmat_graph(12, seed=0).degrees())
+    assert flat.max() < 3 * flat.mean()
+    assert skewed.max() > 20 * skewed.mean()
+
+
+def test_rmat_self_loops_and_duplicates_removed():
+    g = datasets.rmat_graph(10, self_loops=False, duplicates=False, seed=1)
+    rows = rows_of(g)
+    assert not np.any(rows == g.indices)
+    keys = rows.astype(np.int64) * g.num_src + g.indices
+    assert len(np.unique(keys)) == g.num_edges
+    full = datasets.rmat_graph(10, seed=1)
+    full_rows = rows_of(full)
+    assert np.any(full_rows == full.indices)               # the default keeps both
+    assert g.num_edges < full.num_edges
+
+
+def test_rmat_scramble_keeps_the_degree_sequence():
+    plain = np.sort(np.asarray(datasets.rmat_graph(10, seed=4).degrees()))
+    scrambled = np.asarray(datasets.rmat_graph(10, scramble_ids=True, seed=4).degrees())
+    assert np.array_equal(np.sort(scrambled), plain)
+    # Unscrambled, the hubs are the ids with few 1 bits (0, 1, 2, 4, ...); scrambled, any ids.
+    def bits(ids):
+        return np.array([bin(int(i)).count("1") for i in ids])
+    top = np.argsort(np.asarray(datasets.rmat_graph(10, seed=4).degrees()))[-8:]
+    assert bits(top).max() <= 2
+    assert bits(np.argsort(scrambled)[-8:]).max() >= 3
+
+
+def test_rmat_bad_probabilities():
+    with pytest.raises(ValueError, match="a, b, c"):
+        datasets.rmat_graph(4, a=0.6, b=0.3, c=0.3)
+
+
+# ---------------------------------------------------------------------------------------
+# contextual_sbm
+
+def test_sbm_shapes_and_types():
+    g, x, y = datasets.contextual_sbm(600, 4, degree=8, num_features=5, seed=0)
+    assert g.shape == (600, 600)
+    assert x.shape == (600, 5) and x.dtype == np.float32
+    assert y.shape == (600,) and y.dtype == np.int64
+    assert np.array_equal(np.bincount(y), [150] * 4)       # balanced classes
+    assert abs(g.num_edges / 600 - 8) < 0.5                # mean degree as asked
+
+
+@pytest.mark.parametrize("homophily", [0.9, 0.5, 0.1])
+def test_sbm_homophily_as_asked(homophily):
+    g, _, y = datasets.contextual_sbm(4000, 5, degree=10, homophily=homophily, seed=1)
+    measured = np.mean(y[rows_of(g)] == y[g.indices])
+    assert abs(measured - homophily) < 0.03, measured
+
+
+def test_sbm_features_follow_the_classes():
+    _, x, y = datasets.contextual_sbm(2000, 3, num_features=16, feature_noise=0.3, seed=2)
+    means = np.stack([x[y == c].mean(axis=0) for c in range(3)])
+    nearest = np.argmin(((x[:, None, :] - means[None]) ** 2).sum(-1), axis=1)
+    assert np.mean(nearest == y) > 0.95
+    _, noisy, _ = datasets.contextual_sbm(2000, 3, num_features=16, feature_noise=3.0, seed=2)
+    assert noisy.std() > 2 * x.std()
+
+
+def test_sbm_determinism_and_single_class():
+    a = datasets.contextual_sbm(300, 3, seed=7)
+    b = datasets.contextual_sbm(300, 3, seed=7)
+    assert same_graph(a[0], b[0]) and np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2])
+    c = datasets.contextual_sbm(300, 3, seed=8)
+    assert not np.array_equal(a[1], c[1])
+    g, _, y = datasets.contextual_sbm(50, 1, seed=0)
+    assert np.all(y == 0) and g.num_edges > 0
+
+
+def test_sbm_bad_arguments():
+    with pytest.raises(ValueError, match="homophily"):
+        datasets.contextual_sbm(100, 2, homophily=1.5)
+    with pytest.raises(ValueError, match="num_classes"):
+        datasets.contextual_sbm(3, 5)
+
+
+# ---------------------------------------------------------------------------------------
+# add_self_loops
+
+def test_add_self_loops_appends_one_loop_per_row():
+    g = ca.CSRGraph(np.array([0, 2, 2, 4]), np.array([1, 2, 2, 0]), 3)
+    looped = datasets.add_self_loops(g)
+    assert looped.indptr.tolist() == [0, 3, 4, 6]
+    assert looped.indices.tolist() == [1, 2, 0, 1, 2, 0]  # row 2 already had its loop
+    assert np.array_equal(np.diag(dense(looped)), [1, 1, 1])
+    every = datasets.add_self_loops(g, skip_existing=False)
+    assert every.num_edges == g.num_edges + 3
+
+
+def test_add_self_loops_carries_values():
+    g = ca.CSRGraph(np.array([0, 1, 3]), np.array([1, 0, 1]), 2)
+    looped, values = datasets.add_self_loops(g, np.array([5.0, 6.0, 7.0]), fill_value=-1.0)
+    assert looped.indices.tolist() == [1, 0, 0, 1]
+    assert values.tolist() == [5.0, -1.0, 6.0, 7.0]
+
+
+def test_add_self_loops_needs_square():
+    with pytest.raises(ValueError, match="square"):
+        datasets.add_self_loops(ca.CSRGraph(np.array([0, 1]), np.array([0]), 3))
+
+
+# ---------------------------------------------------------------------------------------
+# Matrix Market
+
+MTX_GENERAL = """%%MatrixMarket matrix coordinate real general
+% a comment
+3 4 5
+1 2 0.5
+3 1 -2.0
+1 4 1e-3
+2 2 3
+3 1 4.25
+"""
+
+
+def test_mtx_matches_scipy(tmp_path):
+    path = write(tmp_path / "g.mtx", MTX_GENERAL)
+    graph, values = datasets.load_mtx(path, return_values=True)
+    assert graph.shape == (3, 4) and graph.num_edges == 5
+    expected = scipy.io.mmread(path).toarray()  # sums the duplicate (3, 1)
+    assert np.allclose(dense(graph, values), expected)
+    assert graph.indices[graph.indptr[2]:].tolist() == [0, 0]  # duplicates stay distinct edges, file order
+    assert values.dtype == np.float64
+    assert isinstance(datasets.load_mtx(path), ca.CSRGraph)
+
+
+def test_mtx_transpose_and_dtype(tmp_path):
+    path = write(tmp_path / "g.mtx", MTX_GENERAL)
+    graph, values = datasets.load_mtx(path, transpose=True, dtype=np.float32, return_values=True)
+    assert graph.shape == (4, 3)
+    assert values.dtype == np.float32
+    assert np.allclose(dense(graph, values), scipy.io.mmread(path).toarray().T)
+
+
+def test_mtx_symmetric_pattern_with_self_loops(tmp_path):
+    path = write(tmp_path / "s.mtx", "%%MatrixMarket matrix coordinate pattern symmetric\n3 3 2\n2 1\n3 3\n")
+    graph, values = datasets.load_mtx(path, return_values=True)
+    assert values is None
+    assert np.array_equal(dense(graph), [[0, 1, 0], [1, 0, 0], [0, 0, 1]])
+    looped = datasets.load_mtx(path, add_self_loops=True)
+    assert np.array_equal(dense(looped), [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
+
+
+def test_mtx_integer_skew_and_gzip(tmp_path):
+    text = "%%MatrixMarket matrix coordinate integer skew-symmetric\n3 3 2\n2 1 4\n3 2 -1\n"
+    path = tmp_path / "k.mtx.gz"
+    with gzip.open(path, "wt") as file:
+        file.write(text)
+    graph, values = datasets.load_mtx(path, return_values=True)
+    assert values.dtype == np.int64
+    assert np.array_equal(dense(graph, values), [[0, -4, 0], [4, 0, 1], [0, -1, 0]])
+
+
+def test_mtx_array_format(tmp_path):
+    path = write(tmp_path / "a.mtx", "%%MatrixMarket matrix array real general\n2 2\n1\n0\n0\n2\n")
+    graph, values = datasets.load_mtx(path, return_values=True)
+    assert np.array_equal(dense(graph, values), [[1, 0], [0, 2]])
+
+
+@pytest.mark.parametrize("text,line,message", [
+    ("not a header\n1 1 0\n", 1, "not a Matrix Market file"),
+    ("%%MatrixMarket matrix coordinate real weird\n1 1 0\n", 1, "unsupported"),
+    ("%%MatrixMarket matrix coordinate real general\n% only comments\n", 2, "size line"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3\n", 2, "size line"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3 x\n", 2, "not an integer"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 2\n", 4, "expected 3 columns"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 4 1.0\n", 4, "out of range 1..3"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n0 2 1.0\n", 4, "id 0 in a one-based file"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 2 abc\n", 4, "'abc' is not a number"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1.5 1 1.0\n2 2 1\n", 3, "'1.5' is not an integer"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1.0\n2 2 1\n", 4, "ends after 2 of the 3"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3 1\n1 1 1.0\n\n2 2 1\n", 5, "more entries than the 1"),
+])
+def test_mtx_malformed_names_file_and_line(tmp_path, text, line, message):
+    path = write(tmp_path / "bad.mtx", text)
+    with pytest.raises(ValueError, match=re.escape(f"{path}:{line}:") + ".*" + re.escape(message)):
+        datasets.load_mtx(path)
+
+
+def test_missing_files(tmp_path):
+    for loader in (datasets.load_mtx, datasets.load_npz, datasets.load_edge_list, datasets.load):
+        with pytest.raises(FileNotFoundError, match="nope"):
+            loader(tmp_path / "nope.mtx")
+
+
+# ---------------------------------------------------------------------------------------
+# .npz
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_npz_scipy_formats(tmp_path, fmt):
+    matrix = scipy.sparse.random_array((30, 20), density=0.2, format=fmt, rng=0)
+    path = tmp_path / "m.npz"
+    scipy.sparse.save_npz(path, matrix)
+    graph, values = datasets.load_npz(path, return_values=True)
+    assert graph.shape == (30, 20)
+    assert np.allclose(dense(graph, values), matrix.toarray())
+    graph_t, values_t = datasets.load_npz(path, transpose=True, return_values=True)
+    assert np.allclose(dense(graph_t, values_t), matrix.toarray().T)
+
+
+def test_npz_indptr_indices_and_edge_index(tmp_path):
+    path = tmp_path / "csr.npz"
+    np.savez(path, indptr=np.array([0, 1, 3]), indices=np.array([2, 0, 1]), num_src=3)
+    graph = datasets.load_npz(path)
+    assert graph.shape == (2, 3) and graph.indices.tolist() == [2, 0, 1]
+    path = tmp_path / "ei.npz"
+    np.savez(path, edge_index=np.array([[0, 1, 2, 2], [1, 2, 0, 1]]), data=np.array([1.0, 2.0, 3.0, 4.0]))
+    graph, values = datasets.load_npz(path, return_values=True)
+    assert graph.shape == (3, 3)
+    # edge_index row 0 = sources, row 1 = destinations (PyG)
+    assert np.array_equal(dense(graph, values), [[0, 0, 3], [1, 0, 4], [0, 2, 0]])
+
+
+def test_npz_errors_name_the_file(tmp_path):
+    path = tmp_path / "other.npz"
+    np.savez(path, something=np.arange(3))
+    with pytest.raises(ValueError, match=re.escape(str(path)) + ".*no graph found"):
+        datasets.load_npz(path)
+    path = write(tmp_path / "text.npz", "not a zip")
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        datasets.load_npz(path)
+    path = tmp_path / "broken.npz"
+    np.savez(path, indptr=np.array([0, 5]), indices=np.array([0]))
+    with pytest.raises(ValueError, match=re.escape(str(path)) + ".*indptr"):
+        datasets.load_npz(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Edge lists
+
+def test_edge_list_comments_blank_lines_and_commas(tmp_path):
+    path = write(tmp_path / "e.txt", "# src dst\n0 1\n\n1\t2   # trailing comment\n% konect comment\n2,0\n0 , 2\n")
+    graph = datasets.load_edge_list(path)
+    assert graph.shape == (3, 3)
+    # line "u v" is the edge u -> v: row v holds source u
+    assert np.array_equal(dense(graph), [[0, 0, 1], [1, 0, 0], [1, 1, 0]])
+    assert graph.indices.tolist() == [2, 0, 1, 0]  # file order within a row
+
+
+def test_edge_list_one_based_transpose_values_num_nodes(tmp_path):
+    path = write(tmp_path / "e.csv", "1,2,0.5\n2,3,1.5\n3,1,2\n")
+    graph, values = datasets.load_edge_list(path, one_based=True, return_values=True)
+    assert graph.shape == (3, 3)
+    assert np.array_equal(dense(graph, values), [[0, 0, 2], [0.5, 0, 0], [0, 1.5, 0]])
+    transposed, values_t = datasets.load_edge_list(path, one_based=True, transpose=True, return_values=True)
+    assert np.array_equal(dense(transposed, values_t), dense(graph, values).T)
+    wide = datasets.load_edge_list(path, one_based=True, num_nodes=10, dtype=np.float32)
+    assert wide.shape == (10, 10)
+    looped = datasets.load_edge_list(path, one_based=True, add_self_loops=True)
+    assert np.array_equal(np.diag(dense(looped)), [1, 1, 1])
+
+
+def test_edge_list_extra_columns_and_explicit_delimiter(tmp_path):
+    path = write(tmp_path / "k.tsv", "0;1;2.0;1700000000\n1;0;3.0;1700000001\n")
+    graph, values = datasets.load_edge_list(path, delimiter=";", return_values=True)
+    assert np.array_equal(dense(graph, values), [[0, 3], [2, 0]])
+
+
+def test_edge_list_empty_file(tmp_path):
+    graph = datasets.load_edge_list(write(tmp_path / "e.txt", "# nothing\n\n"))
+    assert graph.num_edges == 0 and graph.shape == (0, 0)
+    graph = datasets.load_edge_list(write(tmp_path / "e2.txt", ""), num_nodes=4)
+    assert graph.shape == (4, 4)
+
+
+@pytest.mark.parametrize("text,kwargs,line,message", [
+    ("0 1\n# c\n1 x\n", {}, 3, "column 2: 'x' is not an integer"),
+    ("0 1\n1.5 2\n", {}, 2, "'1.5' is not an integer"),
+    ("0 1\n\n1 2 3\n", {}, 3, "expected 2 columns"),
+    ("0 1 1.0\n1 2\n", {}, 2, "expected 3 columns"),
+    ("7\n", {}, 1, "at least 2 columns"),
+    ("0 1\n-1 2\n", {}, 2, "negative node id -1"),
+    ("1 2\n0 1\n", {"one_based": True}, 2, "column 1: id 0 in a one-based file"),
+    ("0 1\n1 5\n", {"num_nodes": 3}, 2, "out of range 0..2"),
+    ("0 1 0.5\n1 2 oops\n", {}, 2, "'oops' is not a number"),
+])
+def test_edge_list_malformed_names_file_and_line(tmp_path, text, kwargs, line, message):
+    path = write(tmp_path / "bad.txt", text)
+    with pytest.raises(ValueError, match=re.escape(f"{path}:{line}:") + ".*" + re.escape(message)):
+        datasets.load_edge_list(path, **kwargs)
+
+
+def test_edge_list_large_file_error_found_by_line(tmp_path):
+    rng = np.random.default_rng(0)
+    edges = rng.integers(0, 5000, (100_000, 2))
+    lines = [f"{s} {d}" for s, d in edges.tolist()]
+    lines[77_777] = "12 twelve"
+    path = write(tmp_path / "big.txt", "# header\n" + "\n".join(lines) + "\n")
+    with error_at(path, 77_779):
+        datasets.load_edge_list(path)
+    lines[77_777] = "12 13"
+    edges[77_777] = (12, 13)
+    write(path, "\n".join(lines))
+    graph = datasets.load_edge_list(path)
+    assert graph.num_edges == 100_000
+    n = int(edges.max()) + 1
+    expected, _ = ca.CSRGraph.from_edge_index(edges[:, 0], edges[:, 1], n, n)
+    assert same_graph(graph, expected)
+
+
+def test_load_dispatches_on_the_name(tmp_path):
+    mtx = write(tmp_path / "g.mtx", MTX_GENERAL)
+    assert datasets.load(mtx).shape == (3, 4)
+    npz = tmp_path / "g.npz"
+    scipy.sparse.save_npz(npz, scipy.sparse.csr_array(np.eye(3)))
+    assert datasets.load(npz).num_edges == 3
+    edges = write(tmp_path / "g.edges", "0 1\n")
+    assert datasets.load(edges).num_edges == 1

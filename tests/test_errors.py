@@ -1,0 +1,478 @@
+"""Bad input: the right exception type, a message naming the argument, nothing else happens."""
+import math
+
+import numpy as np
+import pytest
+
+import cupy_csrattn
+from graphs import named_graph, num_dst_of
+from helpers import is_numpy, make_graph, to_np, to_xp
+
+CSRGraph = cupy_csrattn.CSRGraph
+
+GRAPH = named_graph("odd_sizes")  # 13 destinations, 11 sources, 37 edges
+E, N_DST, N_SRC = len(GRAPH.indices), num_dst_of(GRAPH), GRAPH.num_src
+H, F, D = 3, 4, 5
+RNG = np.random.default_rng(0)
+
+
+def _r(*shape, dtype=np.float64):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def _raises(api, exc, match, func, *args, **kwargs):
+    """func(graph-on-xp, *args on xp) raises exc with a message matching match."""
+    xp = api.xp
+    with pytest.raises(exc, match=match):
+        getattr(api, func)(make_graph(xp, GRAPH), *to_xp(xp, args), **to_xp(xp, kwargs))
+
+
+def _csr(xp, indptr, indices, num_src=None, **kwargs):
+    return CSRGraph(to_xp(xp, np.asarray(indptr)), to_xp(xp, np.asarray(indices)), num_src, **kwargs)
+
+
+# ------------------------------------------------------------------ CSRGraph
+
+def test_indptr_2d(xp):
+    with pytest.raises(ValueError, match="indptr"):
+        _csr(xp, np.array([[0, 1], [1, 2]]), np.array([0, 1]), 2)
+
+
+def test_indices_2d(xp):
+    with pytest.raises(ValueError, match="indices"):
+        _csr(xp, np.array([0, 2]), np.array([[0, 1]]), 2)
+
+
+def test_indptr_empty(xp):
+    with pytest.raises(ValueError, match="indptr"):
+        _csr(xp, np.zeros(0, np.int32), np.zeros(0, np.int32), 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_indptr(xp, dtype):
+    with pytest.raises(TypeError, match="indptr"):
+        _csr(xp, np.array([0, 1, 2], dtype), np.array([0, 1]), 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.bool_])
+def test_non_integer_indices(xp, dtype):
+    with pytest.raises(TypeError, match="indices"):
+        _csr(xp, np.array([0, 1, 2]), np.array([0, 1], dtype), 2)
+
+
+def test_indptr_not_starting_at_zero(xp):
+    with pytest.raises(ValueError, match="indptr"):
+        _csr(xp, np.array([1, 2, 3]), np.array([0, 1, 0]), 2)
+
+
+def test_indptr_decreasing(xp):
+    with pytest.raises(ValueError, match="indptr"):
+        _csr(xp, np.array([0, 2, 1, 3]), np.array([0, 1, 0]), 2)
+
+
+def test_indptr_not_ending_at_nnz(xp):
+    with pytest.raises(ValueError, match="indptr"):
+        _csr(xp, np.array([0, 1, 2]), np.array([0, 1, 0]), 2)
+
+
+def test_negative_index(xp):
+    with pytest.raises(ValueError, match="indices"):
+        _csr(xp, np.array([0, 1, 2]), np.array([0, -1]), 2)
+
+
+def test_too_large_index(xp):
+    with pytest.raises(ValueError, match="indices"):
+        _csr(xp, np.array([0, 1, 2]), np.array([0, 2]), 2)
+
+
+def test_unknown_check_mode(xp):
+    with pytest.raises(ValueError, match="check"):
+        _csr(xp, np.array([0, 1]), np.array([0]), 1, check="paranoid")
+
+
+def test_fast_check_still_checks_dtype(xp):
+    with pytest.raises(TypeError, match="indices"):
+        _csr(xp, np.array([0, 1]), np.array([0.0]), 1, check="fast")
+
+
+def test_fast_check_still_checks_ndim(xp):
+    with pytest.raises(ValueError, match="indices"):
+        _csr(xp, np.array([0, 1]), np.array([[0]]), 1, check="fast")
+
+
+def test_from_edge_index_length_mismatch(xp):
+    with pytest.raises(ValueError, match="src|dst"):
+        CSRGraph.from_edge_index(to_xp(xp, np.array([0, 1, 2])), to_xp(xp, np.array([0, 1])))
+
+
+def test_from_edge_index_float_src(xp):
+    with pytest.raises(TypeError, match="src"):
+        CSRGraph.from_edge_index(to_xp(xp, np.array([0.0, 1.0])), to_xp(xp, np.array([0, 1])))
+
+
+def test_from_edge_index_dst_beyond_num_dst(xp):
+    with pytest.raises(ValueError, match="dst|num_dst"):
+        CSRGraph.from_edge_index(to_xp(xp, np.array([0, 1])), to_xp(xp, np.array([0, 5])),
+                                 num_dst=3, num_src=2)
+
+
+def test_from_edge_index_src_beyond_num_src(xp):
+    with pytest.raises(ValueError, match="src|indices|num_src"):
+        CSRGraph.from_edge_index(to_xp(xp, np.array([0, 4])), to_xp(xp, np.array([0, 1])),
+                                 num_dst=2, num_src=3)
+
+
+def test_from_scipy_not_sparse(xp):
+    with pytest.raises(TypeError, match="sparse"):
+        CSRGraph.from_scipy(to_xp(xp, np.eye(3)))
+
+
+@pytest.mark.parametrize("fmt", ["dia", "lil", "bsr", "dok"])
+def test_from_scipy_unsupported_format(fmt):
+    import scipy.sparse
+
+    A = scipy.sparse.random(4, 5, density=0.5, format=fmt, random_state=0)
+    with pytest.raises(TypeError, match=fmt):
+        CSRGraph.from_scipy(A)
+
+
+# ------------------------------------------------------------------ graph argument of the ops
+
+@pytest.mark.parametrize("bad", [
+    pytest.param(lambda: [0, 1, 2, 3, 4], id="list"),
+    pytest.param(lambda: {"indptr": GRAPH.indptr, "indices": GRAPH.indices}, id="dict"),
+    pytest.param(lambda: np.eye(3), id="dense_array"),
+    pytest.param(lambda: "graph", id="string"),
+    pytest.param(lambda: (GRAPH.indptr,), id="one_tuple"),
+    pytest.param(lambda: None, id="None"),
+])
+def test_unknown_graph_kind(xp, api, bad):
+    with pytest.raises(TypeError, match="graph"):
+        api.edge_softmax(bad(), to_xp(xp, _r(E)))
+
+
+@pytest.mark.parametrize("fmt", ["dia", "lil", "bsr", "dok"])
+def test_unsupported_sparse_format_as_graph(api, fmt):
+    import scipy.sparse
+
+    A = scipy.sparse.random(4, 5, density=0.5, format=fmt, random_state=0)
+    with pytest.raises(TypeError, match="graph"):
+        api.edge_softmax(A, np.ones(A.nnz))
+
+
+def test_bad_tuple_graph_is_checked(xp, api):
+    with pytest.raises(ValueError, match="indices"):
+        api.edge_softmax((to_xp(xp, np.array([0, 1, 2])), to_xp(xp, np.array([0, 5])), 3),
+                         to_xp(xp, _r(2)))
+
+
+def test_edge_softmax_needs_scores_for_a_non_matrix_graph(xp, api):
+    with pytest.raises((TypeError, ValueError), match="scores"):
+        api.edge_softmax(make_graph(xp, GRAPH))
+
+
+# ------------------------------------------------------------------ edge arrays
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.complex128])
+def test_non_float_scores(api, dtype):
+    _raises(api, TypeError, "scores", "edge_softmax", np.ones(E, dtype))
+
+
+def test_scores_wrong_length(api):
+    _raises(api, ValueError, "scores", "edge_softmax", _r(E + 1))
+
+
+def test_scores_3d(api):
+    _raises(api, ValueError, "scores", "edge_softmax", _r(E, H, 1))
+
+
+def test_scores_0d(api):
+    _raises(api, ValueError, "scores", "edge_softmax", np.float64(1.0))
+
+
+def test_softmax_backward_shape_mismatch(api):
+    _raises(api, ValueError, "grad_probs", "edge_softmax_backward", _r(E, H), _r(E, H + 1))
+
+
+def test_softmax_backward_wrong_length(api):
+    _raises(api, ValueError, "probs", "edge_softmax_backward", _r(E - 1), _r(E - 1))
+
+
+def test_softmax_backward_integer_grad(api):
+    _raises(api, TypeError, "grad_probs", "edge_softmax_backward", _r(E), np.ones(E, np.int64))
+
+
+# ------------------------------------------------------------------ spmm
+
+def test_spmm_weights_wrong_length(api):
+    _raises(api, ValueError, "weights", "spmm", _r(E - 1), _r(N_SRC, F))
+
+
+def test_spmm_values_wrong_rows(api):
+    _raises(api, ValueError, "values", "spmm", _r(E), _r(N_SRC + 1, F))
+
+
+def test_spmm_values_1d(api):
+    _raises(api, ValueError, "values", "spmm", _r(E), _r(N_SRC))
+
+
+def test_spmm_values_4d(api):
+    _raises(api, ValueError, "values", "spmm", None, _r(N_SRC, H, F, 2))
+
+
+def test_spmm_unheaded_weights_with_headed_values(api):
+    _raises(api, ValueError, "weights|values", "spmm", _r(E), _r(N_SRC, H, F))
+
+
+def test_spmm_headed_weights_with_unheaded_values(api):
+    _raises(api, ValueError, "weights|values", "spmm", _r(E, H), _r(N_SRC, F))
+
+
+def test_spmm_head_count_mismatch(api):
+    _raises(api, ValueError, "weights|values", "spmm", _r(E, H), _r(N_SRC, H + 1, F))
+
+
+def test_spmm_integer_values(api):
+    _raises(api, TypeError, "values", "spmm", _r(E), np.ones((N_SRC, F), np.int32))
+
+
+def test_spmm_integer_weights(api):
+    _raises(api, TypeError, "weights", "spmm", np.ones(E, np.int32), _r(N_SRC, F))
+
+
+def test_spmm_backward_grad_out_wrong_rows(api):
+    _raises(api, ValueError, "grad_out", "spmm_backward", _r(E), _r(N_SRC, F), _r(N_DST + 1, F))
+
+
+def test_spmm_backward_grad_out_wrong_features(api):
+    _raises(api, ValueError, "grad_out", "spmm_backward", _r(E), _r(N_SRC, F), _r(N_DST, F + 1))
+
+
+# ------------------------------------------------------------------ sddmm
+
+def test_sddmm_unknown_op(api):
+    _raises(api, ValueError, r"\bop\b", "sddmm", _r(N_DST, D), _r(N_SRC, D), op="mul")
+
+
+def test_sddmm_feature_mismatch(api):
+    _raises(api, ValueError, "dst_feat|src_feat", "sddmm", _r(N_DST, D), _r(N_SRC, D + 1))
+
+
+def test_sddmm_dst_wrong_rows(api):
+    _raises(api, ValueError, "dst_feat", "sddmm", _r(N_DST + 2, D), _r(N_SRC, D))
+
+
+def test_sddmm_src_wrong_rows(api):
+    _raises(api, ValueError, "src_feat", "sddmm", _r(N_DST, D), _r(N_SRC - 1, D))
+
+
+def test_sddmm_head_mismatch(api):
+    _raises(api, ValueError, "dst_feat|src_feat", "sddmm", _r(N_DST, H, D), _r(N_SRC, D))
+
+
+def test_sddmm_add_head_mismatch(api):
+    _raises(api, ValueError, "dst_feat|src_feat", "sddmm", _r(N_DST), _r(N_SRC, H), op="add")
+
+
+def test_sddmm_add_with_feature_axis(api):
+    _raises(api, ValueError, "dst_feat|src_feat", "sddmm", _r(N_DST, H, D), _r(N_SRC, H, D),
+            op="add")
+
+
+@pytest.mark.parametrize("scale", [math.nan, math.inf, -math.inf])
+def test_sddmm_non_finite_scale(api, scale):
+    _raises(api, ValueError, "scale", "sddmm", _r(N_DST, D), _r(N_SRC, D), scale=scale)
+
+
+def test_sddmm_integer_features(api):
+    _raises(api, TypeError, "dst_feat", "sddmm", np.ones((N_DST, D), np.int64), _r(N_SRC, D))
+
+
+def test_sddmm_backward_grad_scores_wrong_length(api):
+    _raises(api, ValueError, "grad_scores", "sddmm_backward", _r(N_DST, D), _r(N_SRC, D), _r(E + 3))
+
+
+def test_sddmm_backward_unknown_op(api):
+    _raises(api, ValueError, r"\bop\b", "sddmm_backward", _r(N_DST, D), _r(N_SRC, D), _r(E),
+            op="concat")
+
+
+# ------------------------------------------------------------------ attention_aggregate
+
+def test_aggregate_values_wrong_rows(api):
+    _raises(api, ValueError, "values", "attention_aggregate", _r(E, H), _r(N_DST, H, F))
+
+
+def test_aggregate_headed_scores_unheaded_values(api):
+    _raises(api, ValueError, "scores|values", "attention_aggregate", _r(E, H), _r(N_SRC, F))
+
+
+def test_aggregate_head_mismatch(api):
+    _raises(api, ValueError, "scores|values", "attention_aggregate", _r(E, H), _r(N_SRC, 2, F))
+
+
+def test_aggregate_integer_values(api):
+    _raises(api, TypeError, "values", "attention_aggregate", _r(E), np.ones((N_SRC, F), np.int64))
+
+
+def test_aggregate_backward_lse_wrong_shape(api):
+    _raises(api, ValueError, r"\blse\b", "attention_aggregate_backward", _r(E, H), _r(N_SRC, H, F),
+            _r(N_DST, H, F), lse=_r(N_DST, H + 1))
+
+
+def test_aggregate_backward_grad_out_wrong_shape(api):
+    _raises(api, ValueError, "grad_out", "attention_aggregate_backward", _r(E, H),
+            _r(N_SRC, H, F), _r(N_DST, H, F + 1))
+
+
+# ------------------------------------------------------------------ graph_attention
+
+def test_graph_attention_q_wrong_rows(api):
+    _raises(api, ValueError, r"\bq\b", "graph_attention", _r(N_DST + 1, H, D), _r(N_SRC, H, D),
+            _r(N_SRC, H, F))
+
+
+def test_graph_attention_k_wrong_rows(api):
+    _raises(api, ValueError, r"\bk\b", "graph_attention", _r(N_DST, H, D), _r(N_SRC + 1, H, D),
+            _r(N_SRC, H, F))
+
+
+def test_graph_attention_v_wrong_rows(api):
+    _raises(api, ValueError, r"\bv\b", "graph_attention", _r(N_DST, H, D), _r(N_SRC, H, D),
+            _r(N_SRC - 1, H, F))
+
+
+def test_graph_attention_qk_width_mismatch(api):
+    _raises(api, ValueError, r"\bq\b|\bk\b", "graph_attention", _r(N_DST, H, D),
+            _r(N_SRC, H, D + 1), _r(N_SRC, H, F))
+
+
+def test_graph_attention_head_mismatch(api):
+    _raises(api, ValueError, r"\bq\b|\bk\b|\bv\b", "graph_attention", _r(N_DST, H, D),
+            _r(N_SRC, H, D), _r(N_SRC, H + 1, F))
+
+
+@pytest.mark.parametrize("scale", [math.nan, math.inf])
+def test_graph_attention_non_finite_scale(api, scale):
+    _raises(api, ValueError, "scale", "graph_attention", _r(N_DST, D), _r(N_SRC, D), _r(N_SRC, F),
+            scale=scale)
+
+
+def test_graph_attention_integer_q(api):
+    _raises(api, TypeError, r"\bq\b", "graph_attention", np.ones((N_DST, D), np.int32),
+            _r(N_SRC, D), _r(N_SRC, F))
+
+
+def test_graph_attention_backward_lse_wrong_shape(api):
+    _raises(api, ValueError, r"\blse\b", "graph_attention_backward", _r(N_DST, H, D),
+            _r(N_SRC, H, D), _r(N_SRC, H, F), _r(N_DST, H, F), _r(N_DST, H, F), _r(N_DST))
+
+
+def test_graph_attention_backward_out_wrong_shape(api):
+    _raises(api, ValueError, r"\bout\b", "graph_attention_backward", _r(N_DST, H, D),
+            _r(N_SRC, H, D), _r(N_SRC, H, F), _r(N_DST, H, F + 1), _r(N_DST, H, F),
+            _r(N_DST, H))
+
+
+def test_graph_attention_backward_grad_out_wrong_shape(api):
+    _raises(api, ValueError, "grad_out", "graph_attention_backward", _r(N_DST, H, D),
+            _r(N_SRC, H, D), _r(N_SRC, H, F), _r(N_DST, H, F), _r(N_DST - 1, H, F),
+            _r(N_DST, H))
+
+
+# ------------------------------------------------------------------ gat_attention
+
+def test_gat_a_dst_wrong_length(api):
+    _raises(api, ValueError, "a_dst", "gat_attention", _r(N_DST + 1), _r(N_SRC), _r(N_SRC, F))
+
+
+def test_gat_a_src_wrong_length(api):
+    _raises(api, ValueError, "a_src", "gat_attention", _r(N_DST), _r(N_SRC + 1), _r(N_SRC, F))
+
+
+def test_gat_headed_scores_unheaded_values(api):
+    _raises(api, ValueError, "a_dst|a_src|values", "gat_attention", _r(N_DST, H), _r(N_SRC, H),
+            _r(N_SRC, F))
+
+
+def test_gat_a_dst_a_src_head_mismatch(api):
+    _raises(api, ValueError, "a_dst|a_src", "gat_attention", _r(N_DST, H), _r(N_SRC, H + 1),
+            _r(N_SRC, H, F))
+
+
+@pytest.mark.parametrize("slope", [math.nan, math.inf])
+def test_gat_non_finite_negative_slope(api, slope):
+    _raises(api, ValueError, "negative_slope", "gat_attention", _r(N_DST), _r(N_SRC), _r(N_SRC, F),
+            negative_slope=slope)
+
+
+def test_gat_integer_a_src(api):
+    _raises(api, TypeError, "a_src", "gat_attention", _r(N_DST), np.ones(N_SRC, np.int64),
+            _r(N_SRC, F))
+
+
+def test_gat_backward_lse_wrong_shape(api):
+    _raises(api, ValueError, r"\blse\b", "gat_attention_backward", _r(N_DST, H), _r(N_SRC, H),
+            _r(N_SRC, H, F), _r(N_DST, H, F), _r(N_DST, H, F), _r(N_DST + 1, H))
+
+
+# ------------------------------------------------------------------ out=
+
+OUT_OPS = [
+    pytest.param("edge_softmax", (lambda: (_r(E, H),)), (E, H), id="edge_softmax"),
+    pytest.param("edge_softmax_backward", (lambda: (_r(E, H), _r(E, H))), (E, H),
+                 id="edge_softmax_backward"),
+    pytest.param("spmm", (lambda: (_r(E, H), _r(N_SRC, H, F))), (N_DST, H, F), id="spmm"),
+    pytest.param("sddmm", (lambda: (_r(N_DST, H, D), _r(N_SRC, H, D))), (E, H), id="sddmm"),
+    pytest.param("attention_aggregate", (lambda: (_r(E, H), _r(N_SRC, H, F))), (N_DST, H, F),
+                 id="attention_aggregate"),
+    pytest.param("graph_attention", (lambda: (_r(N_DST, H, D), _r(N_SRC, H, D), _r(N_SRC, H, F))),
+                 (N_DST, H, F), id="graph_attention"),
+    pytest.param("gat_attention", (lambda: (_r(N_DST, H), _r(N_SRC, H), _r(N_SRC, H, F))),
+                 (N_DST, H, F), id="gat_attention"),
+]
+
+
+@pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
+def test_out_wrong_shape(xp, api, func, make_args, shape):
+    out = xp.zeros(shape[:-1] + (shape[-1] + 1,))
+    _raises(api, ValueError, r"\bout\b", func, *make_args(), out=out)
+
+
+@pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
+def test_out_flattened(xp, api, func, make_args, shape):
+    out = xp.zeros(int(np.prod(shape)))
+    _raises(api, ValueError, r"\bout\b", func, *make_args(), out=out)
+
+
+@pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
+def test_out_wrong_dtype(xp, api, func, make_args, shape):
+    out = xp.zeros(shape, dtype=np.float32)  # the result is float64
+    _raises(api, TypeError, r"\bout\b", func, *make_args(), out=out)
+
+
+@pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
+def test_out_not_c_contiguous(xp, api, func, make_args, shape):
+    out = xp.zeros(shape[::-1]).T  # right shape and dtype, Fortran order
+    assert out.shape == shape and not out.flags.c_contiguous
+    _raises(api, ValueError, r"\bout\b", func, *make_args(), out=out)
+
+
+@pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
+def test_out_of_the_wrong_library(xp, api, func, make_args, shape):
+    """A NumPy out for a GPU computation; a nested list (not an ndarray) for a CPU one."""
+    out = np.zeros(shape) if not is_numpy(xp) else np.zeros(shape).tolist()
+    with pytest.raises(TypeError, match=r"\bout\b"):  # not through _raises: it would move out to xp
+        getattr(api, func)(make_graph(xp, GRAPH), *to_xp(xp, make_args()), out=out)
+
+
+def test_out_integer_dtype(xp, api):
+    _raises(api, TypeError, r"\bout\b", "edge_softmax", _r(E), out=xp.zeros(E, dtype=np.int64))
+
+
+# ------------------------------------------------------------------ nothing else happens
+
+def test_failed_call_leaves_out_untouched(xp, api):
+    out = xp.full((N_DST, F), 7.0)
+    _raises(api, ValueError, "values", "spmm", _r(E), _r(N_SRC + 1, F), out=out)
+    assert (to_np(out) == 7.0).all()

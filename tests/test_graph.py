@@ -1,0 +1,255 @@
+"""CSRGraph: construction, dtypes, from_scipy, from_edge_index, degrees, transpose, devices."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import cupy_csrattn
+import reference as ref
+from graphs import (SMALL_GRAPH_NAMES, csr_graphs, from_rows, named_graph, num_dst_of,
+                    row_of_edges, seeds)
+from helpers import (HYP, array_module_of, check_result, is_numpy, make_graph, require_cupy,
+                     same_buffer, to_np, to_xp)
+
+CSRGraph = cupy_csrattn.CSRGraph
+
+
+def _device(xp):
+    return "cpu" if is_numpy(xp) else "gpu"
+
+
+def _assert_structure(xp, g, graph):
+    assert g.device == _device(xp)
+    assert array_module_of(g.indptr) == xp.__name__ and array_module_of(g.indices) == xp.__name__
+    np.testing.assert_array_equal(to_np(g.indptr), graph.indptr)
+    np.testing.assert_array_equal(to_np(g.indices), graph.indices)
+    assert g.num_dst == num_dst_of(graph) and g.num_src == graph.num_src
+    assert g.num_edges == len(graph.indices)
+    assert tuple(g.shape) == (num_dst_of(graph), graph.num_src)
+    for name in ("num_dst", "num_src", "num_edges"):
+        assert isinstance(getattr(g, name), int), name
+
+
+@pytest.mark.parametrize("name", SMALL_GRAPH_NAMES)
+def test_attributes(xp, name):
+    graph = named_graph(name)
+    g = CSRGraph(to_xp(xp, graph.indptr), to_xp(xp, graph.indices), graph.num_src)
+    _assert_structure(xp, g, graph)
+    assert np.dtype(g.index_dtype) == graph.indices.dtype
+
+
+@pytest.mark.parametrize("check", ["full", "fast", "none"])
+def test_check_modes_accept_valid_graphs(xp, check):
+    graph = named_graph("duplicates")
+    g = CSRGraph(to_xp(xp, graph.indptr), to_xp(xp, graph.indices), graph.num_src, check=check)
+    _assert_structure(xp, g, graph)
+
+
+def test_check_none_trusts_the_caller(xp):
+    """check="none" does not look at the values (an out-of-range index is not detected)."""
+    g = CSRGraph(to_xp(xp, np.array([0, 2], np.int32)), to_xp(xp, np.array([0, 7], np.int32)),
+                 3, check="none")
+    assert g.num_edges == 2 and g.num_src == 3
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_right_arrays_are_not_copied(xp, dtype):
+    graph = named_graph("odd_sizes")
+    indptr = to_xp(xp, graph.indptr.astype(dtype))
+    indices = to_xp(xp, graph.indices.astype(dtype))
+    g = CSRGraph(indptr, indices, graph.num_src)
+    assert np.dtype(g.index_dtype) == np.dtype(dtype)
+    assert same_buffer(g.indptr, indptr) and same_buffer(g.indices, indices)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64])
+def test_narrow_or_unsigned_indices_are_converted(xp, api, dtype):
+    graph = named_graph("unsorted_columns")
+    g = CSRGraph(to_xp(xp, graph.indptr.astype(dtype)), to_xp(xp, graph.indices.astype(dtype)),
+                 graph.num_src)
+    assert np.dtype(g.index_dtype) in (np.dtype(np.int32), np.dtype(np.int64))
+    assert g.indices.dtype == g.index_dtype
+    assert g.indptr.dtype in (np.dtype(np.int32), np.dtype(np.int64))
+    np.testing.assert_array_equal(to_np(g.indptr), graph.indptr)
+    np.testing.assert_array_equal(to_np(g.indices), graph.indices)
+    # and the converted graph computes correctly
+    scores = np.random.default_rng(0).standard_normal(len(graph.indices))
+    got = api.edge_softmax(g, to_xp(xp, scores))
+    check_result(xp, got, ref.edge_softmax(graph.indptr, scores)[0], np.float64)
+
+
+def test_mixed_index_dtypes(xp):
+    graph = named_graph("zero_degree_rows")
+    g = CSRGraph(to_xp(xp, graph.indptr.astype(np.int64)), to_xp(xp, graph.indices.astype(np.int32)),
+                 graph.num_src)
+    np.testing.assert_array_equal(to_np(g.indptr), graph.indptr)
+    np.testing.assert_array_equal(to_np(g.indices), graph.indices)
+
+
+def test_default_num_src_covers_every_index(xp):
+    graph = from_rows([[4, 1], [], [0, 2, 4]], num_src=5)
+    g = CSRGraph(to_xp(xp, graph.indptr), to_xp(xp, graph.indices))
+    assert g.num_src >= 5 and g.num_dst == 3
+
+
+@pytest.mark.parametrize("name", SMALL_GRAPH_NAMES + ["hub"])
+def test_degrees(xp, name):
+    graph = named_graph(name)
+    degrees = make_graph(xp, graph).degrees()
+    assert array_module_of(degrees) == xp.__name__
+    assert np.issubdtype(degrees.dtype, np.integer)
+    np.testing.assert_array_equal(to_np(degrees), np.diff(graph.indptr))
+
+
+# ------------------------------------------------------------------ from_edge_index
+
+@st.composite
+def edge_lists(draw):
+    num_dst = draw(st.integers(1, 10))
+    num_src = draw(st.integers(1, 10))
+    E = draw(st.integers(0, 40))
+    dst = draw(st.lists(st.integers(0, num_dst - 1), min_size=E, max_size=E))
+    src = draw(st.lists(st.integers(0, num_src - 1), min_size=E, max_size=E))
+    dtype = draw(st.sampled_from([np.int32, np.int64]))
+    return np.array(src, dtype), np.array(dst, dtype), num_dst, num_src
+
+
+@given(edges=edge_lists())
+@HYP
+def test_from_edge_index(xp, edges):
+    src, dst, num_dst, num_src = edges
+    g, perm = CSRGraph.from_edge_index(to_xp(xp, src), to_xp(xp, dst), num_dst, num_src)
+    assert g.device == _device(xp) and array_module_of(perm) == xp.__name__
+    perm = to_np(perm)
+    np.testing.assert_array_equal(perm, np.argsort(dst, kind="stable"))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_dst))])
+    np.testing.assert_array_equal(to_np(g.indptr), indptr)
+    np.testing.assert_array_equal(to_np(g.indices), src[perm])
+    assert (g.num_dst, g.num_src, g.num_edges) == (num_dst, num_src, len(src))
+
+
+def test_from_edge_index_stable_order(xp):
+    dst = np.array([2, 0, 2, 1, 0, 2])
+    src = np.array([5, 1, 3, 0, 4, 5])
+    g, perm = CSRGraph.from_edge_index(to_xp(xp, src), to_xp(xp, dst))
+    np.testing.assert_array_equal(to_np(perm), [1, 4, 3, 0, 2, 5])
+    np.testing.assert_array_equal(to_np(g.indptr), [0, 2, 3, 6])
+    np.testing.assert_array_equal(to_np(g.indices), [1, 4, 0, 5, 3, 5])
+    assert g.num_dst == 3 and g.num_src >= 6
+
+
+def test_from_edge_index_larger_num_dst(xp):
+    g, _ = CSRGraph.from_edge_index(to_xp(xp, np.array([0, 1])), to_xp(xp, np.array([1, 1])),
+                                    num_dst=4, num_src=3)
+    np.testing.assert_array_equal(to_np(g.indptr), [0, 0, 2, 2, 2])
+    assert g.shape == (4, 3)
+
+
+# ------------------------------------------------------------------ from_scipy
+
+def _sparse_namespace(xp, cls):
+    if is_numpy(xp):
+        import scipy.sparse
+
+        return scipy.sparse
+    if cls == "array":
+        pytest.skip("cupyx.scipy.sparse has no sparse array classes")
+    import cupyx.scipy.sparse
+
+    return cupyx.scipy.sparse
+
+
+@pytest.mark.parametrize("cls", ["matrix", "array"])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_from_scipy(xp, fmt, cls):
+    sparse = _sparse_namespace(xp, cls)
+    rows = np.array([2, 0, 2, 3, 0, 2, 3], np.int32)  # duplicates (2, 1) and unsorted
+    cols = np.array([1, 3, 1, 0, 2, 4, 0], np.int32)
+    data = np.arange(1.0, 8.0)
+    coo = getattr(sparse, f"coo_{cls}")((to_xp(xp, data), (to_xp(xp, rows), to_xp(xp, cols))),
+                                        shape=(5, 6))
+    A = coo if fmt == "coo" else getattr(coo, f"to{fmt}")()
+    g = CSRGraph.from_scipy(A)
+    assert g.device == _device(xp)
+    assert tuple(g.shape) == (5, 6) and g.num_dst == 5 and g.num_src == 6
+    # the multiset of (row, col) edges is A's stored entries
+    dense = np.zeros((5, 6), int)
+    np.add.at(dense, (row_of_edges(to_np(g.indptr)), to_np(g.indices).astype(np.int64)), 1)
+    if fmt == "coo":
+        want = np.zeros((5, 6), int)
+        np.add.at(want, (rows, cols), 1)
+        assert g.num_edges == len(rows)
+    else:
+        rows_a, cols_a = (row_of_edges(to_np(A.indptr)), to_np(A.indices)) if fmt == "csr" else \
+            (to_np(A.indices), row_of_edges(to_np(A.indptr)))
+        want = np.zeros((5, 6), int)
+        np.add.at(want, (rows_a.astype(np.int64), cols_a.astype(np.int64)), 1)
+        assert g.num_edges == A.nnz
+    np.testing.assert_array_equal(dense, want)
+    if fmt == "csr":  # CSR is taken as is
+        np.testing.assert_array_equal(to_np(g.indptr), to_np(A.indptr))
+        np.testing.assert_array_equal(to_np(g.indices), to_np(A.indices))
+
+
+def test_from_scipy_keeps_duplicates_and_order(xp):
+    sparse = _sparse_namespace(xp, "matrix")
+    graph = named_graph("duplicates")
+    A = sparse.csr_matrix((to_xp(xp, np.ones(len(graph.indices))), to_xp(xp, graph.indices),
+                           to_xp(xp, graph.indptr)), shape=(num_dst_of(graph), graph.num_src))
+    g = CSRGraph.from_scipy(A)
+    _assert_structure(xp, g, graph)
+
+
+# ------------------------------------------------------------------ transpose
+
+@given(graph=csr_graphs(hub_degrees=None))
+@HYP
+def test_transpose(xp, graph):
+    g = make_graph(xp, graph)
+    gt, perm = g.transpose()
+    assert gt.device == g.device and array_module_of(perm) == xp.__name__
+    assert gt.num_dst == graph.num_src and gt.num_src == num_dst_of(graph)
+    assert gt.num_edges == len(graph.indices)
+    perm = to_np(perm).astype(np.int64)
+    np.testing.assert_array_equal(np.sort(perm), np.arange(len(graph.indices)))
+    t_indptr = to_np(gt.indptr)
+    assert t_indptr[0] == 0 and t_indptr[-1] == len(graph.indices)
+    assert (np.diff(t_indptr) >= 0).all()
+    # edge e of the transpose is edge perm[e] of the graph, reversed
+    rows = row_of_edges(graph.indptr)
+    np.testing.assert_array_equal(row_of_edges(t_indptr), graph.indices[perm])
+    np.testing.assert_array_equal(to_np(gt.indices), rows[perm])
+
+
+@given(graph=csr_graphs(hub_degrees=None), seed=seeds)
+@HYP
+def test_transpose_spmm_is_the_adjoint(xp, api, graph, seed):
+    """spmm over the transpose with weights[perm] computes A^T y (the spmm backward's grad_values)."""
+    rng = np.random.default_rng(seed)
+    weights = rng.standard_normal(len(graph.indices))
+    y = rng.standard_normal((num_dst_of(graph), 3))
+    g = make_graph(xp, graph)
+    gt, perm = g.transpose()
+    got = api.spmm(gt, to_xp(xp, weights[to_np(perm)]), to_xp(xp, y))
+    expected = ref.spmm_backward(graph.indptr, graph.indices, weights,
+                                 np.zeros((graph.num_src, 3)), y)[1]
+    check_result(xp, got, expected, np.float64)
+
+
+# ------------------------------------------------------------------ devices
+
+def test_to_cpu(xp):
+    graph = named_graph("zero_degree_rows")
+    g = make_graph(xp, graph).to_cpu()
+    _assert_structure(np, g, graph)
+
+
+def test_to_gpu(xp):
+    cupy = require_cupy()
+    graph = named_graph("int64_indices")
+    g = make_graph(xp, graph).to_gpu()
+    _assert_structure(cupy, g, graph)
+    assert np.dtype(g.index_dtype) == np.int64
+    back = g.to_cpu()
+    _assert_structure(np, back, graph)
+    assert np.dtype(back.index_dtype) == np.int64

@@ -1,0 +1,504 @@
+"""Semantics every op shares: empty and -inf rows, NaN isolation, dtypes, promotion,
+untouched inputs, out=, sparse-matrix graphs and their edge order."""
+import math
+
+import numpy as np
+import pytest
+
+import reference as ref
+import cupy_csrattn
+from cases import CASE_BY_NAME, CASES, case_params, check_case, check_outputs
+from graphs import GraphData, from_rows, named_graph, num_dst_of, row_of_edges
+from helpers import (array_module_of, check_result, is_numpy, lse_dtype, make_graph, poison,
+                     require_cupy, to_np, to_xp)
+
+INF = math.inf
+
+
+def _head(H):
+    return () if H is None else (H,)
+
+
+# ------------------------------------------------------------------ empty rows
+
+@pytest.mark.parametrize("H", [None, 3])
+@pytest.mark.parametrize("func", ["attention_aggregate", "graph_attention", "gat_attention"])
+def test_empty_rows_give_zero_output_and_lse_minus_inf(xp, api, func, H):
+    graph = named_graph("zero_degree_rows")
+    args, _ = CASE_BY_NAME[func].make(np.random.default_rng(0), graph, H, 4, np.float64)
+    out, lse = getattr(api, func)(make_graph(xp, graph), *to_xp(xp, args), return_lse=True)
+    out, lse = to_np(out), to_np(lse)
+    empty = np.diff(graph.indptr) == 0
+    assert empty.any() and (~empty).any()
+    assert (out[empty] == 0).all()
+    assert np.isneginf(lse[empty]).all()
+    assert np.isfinite(lse[~empty]).all() and np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("func", ["spmm", "attention_aggregate"])
+def test_all_rows_empty_give_zeros(xp, api, func):
+    graph = named_graph("all_rows_empty")
+    args, _ = CASE_BY_NAME[func].make(np.random.default_rng(1), graph, 2, 3, np.float32)
+    out = to_np(getattr(api, func)(make_graph(xp, graph), *to_xp(xp, args)))
+    assert out.shape == (num_dst_of(graph), 2, 3) and (out == 0).all()
+
+
+# ------------------------------------------------------------------ all -inf rows
+
+def _graph_and_neg_inf_scores(H=3):
+    """Row 1 of head 0 is all -inf; row 2 is all -inf in every head; row 4 has one -inf."""
+    graph = from_rows([[0, 1], [2, 0, 1], [3], [], [1, 2, 3]], num_src=4)
+    rng = np.random.default_rng(2)
+    scores = rng.standard_normal((len(graph.indices), H))
+    scores[2:5, 0] = -INF
+    scores[5, :] = -INF
+    scores[6, 1] = -INF
+    return graph, scores
+
+
+def test_all_neg_inf_row_softmax_gives_zero_weights(xp, api):
+    graph, scores = _graph_and_neg_inf_scores()
+    probs = api.edge_softmax(make_graph(xp, graph), to_xp(xp, scores))
+    expected = ref.edge_softmax(graph.indptr, scores)[0]
+    assert (expected[2:5, 0] == 0).all() and (expected[5] == 0).all()
+    check_result(xp, probs, expected, np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_all_neg_inf_row_aggregate_gives_zero_and_lse_minus_inf(xp, api, dtype):
+    graph, scores = _graph_and_neg_inf_scores()
+    values = np.random.default_rng(3).standard_normal((graph.num_src, 3, 4))
+    scores, values = scores.astype(dtype), values.astype(dtype)
+    out, lse = api.attention_aggregate(make_graph(xp, graph), to_xp(xp, scores),
+                                       to_xp(xp, values), return_lse=True)
+    expected_out, expected_lse = ref.attention_aggregate(graph.indptr, graph.indices, scores,
+                                                         values)
+    assert (expected_out[1, 0] == 0).all() and np.isneginf(expected_lse[[1, 2, 2, 2], [0, 0, 1, 2]]).all()
+    check_result(xp, out, expected_out, dtype)
+    check_result(xp, lse, expected_lse, dtype)
+
+
+def test_gat_all_neg_inf_row(xp, api):
+    graph = named_graph("odd_sizes")
+    rng = np.random.default_rng(4)
+    a_dst = rng.standard_normal((num_dst_of(graph), 2))
+    a_dst[2, 1] = -INF
+    a_src = rng.standard_normal((graph.num_src, 2))
+    values = rng.standard_normal((graph.num_src, 2, 3))
+    out, lse = api.gat_attention(make_graph(xp, graph), to_xp(xp, a_dst), to_xp(xp, a_src),
+                                 to_xp(xp, values), return_lse=True)
+    expected = ref.gat_attention(graph.indptr, graph.indices, a_dst, a_src, values)
+    assert (expected[0][2, 1] == 0).all() and expected[1][2, 1] == -INF
+    check_result(xp, out, expected[0], np.float64)
+    check_result(xp, lse, expected[1], np.float64)
+
+
+@pytest.mark.parametrize("pass_lse", [False, True])
+def test_all_neg_inf_row_backward_is_zero_not_nan(xp, api, pass_lse):
+    """Zero weights have zero gradient: no NaN from exp(-inf - lse) with lse = -inf."""
+    graph, scores = _graph_and_neg_inf_scores()
+    rng = np.random.default_rng(5)
+    values = rng.standard_normal((graph.num_src, 3, 4))
+    grad_out = rng.standard_normal((num_dst_of(graph), 3, 4))
+    g = make_graph(xp, graph)
+    kwargs = {}
+    if pass_lse:
+        kwargs["lse"] = to_xp(xp, ref.attention_aggregate(graph.indptr, graph.indices, scores,
+                                                          values)[1])
+    grad_scores, grad_values = api.attention_aggregate_backward(
+        g, to_xp(xp, scores), to_xp(xp, values), to_xp(xp, grad_out), **kwargs)
+    expected = ref.attention_aggregate_backward(graph.indptr, graph.indices, scores, values,
+                                                grad_out)
+    check_result(xp, grad_scores, expected[0], np.float64)
+    check_result(xp, grad_values, expected[1], np.float64)
+
+
+# ------------------------------------------------------------------ NaN and +inf
+
+NAN_ROW, NAN_HEAD = 4, 1  # zero_degree_rows: row 4 has 5 edges
+
+
+def _nan_setup(func):
+    graph = named_graph("zero_degree_rows")
+    rng = np.random.default_rng(6)
+    H = 3
+    if func in ("edge_softmax", "attention_aggregate"):
+        scores = rng.standard_normal((len(graph.indices), H))
+        scores[graph.indptr[NAN_ROW] + 2, NAN_HEAD] = np.nan
+        args = (scores,) if func == "edge_softmax" else (
+            scores, rng.standard_normal((graph.num_src, H, 4)))
+    elif func == "gat_attention":
+        a_dst = rng.standard_normal((num_dst_of(graph), H))
+        a_dst[NAN_ROW, NAN_HEAD] = np.nan
+        args = (a_dst, rng.standard_normal((graph.num_src, H)),
+                rng.standard_normal((graph.num_src, H, 4)))
+    else:
+        q = rng.standard_normal((num_dst_of(graph), H, 5))
+        q[NAN_ROW, NAN_HEAD, 3] = np.nan
+        args = (q, rng.standard_normal((graph.num_src, H, 5)),
+                rng.standard_normal((graph.num_src, H, 4)))
+    return graph, args
+
+
+@pytest.mark.parametrize("func", ["edge_softmax", "attention_aggregate", "gat_attention",
+                                  "graph_attention"])
+def test_nan_stays_in_its_row_and_head(xp, api, func):
+    graph, args = _nan_setup(func)
+    result = getattr(api, func)(make_graph(xp, graph), *to_xp(xp, args),
+                                **({} if func == "edge_softmax" else {"return_lse": True}))
+    if func == "edge_softmax":
+        got = [to_np(result)]
+        expected = [ref.edge_softmax(graph.indptr, args[0])[0]]
+        nan_mask = np.zeros(got[0].shape, bool)
+        nan_mask[graph.indptr[NAN_ROW]:graph.indptr[NAN_ROW + 1], NAN_HEAD] = True
+        masks = [nan_mask]
+    else:
+        got = [to_np(r) for r in result]
+        expected = list(getattr(ref, func)(graph.indptr, graph.indices, *args))
+        out_mask = np.zeros(got[0].shape, bool)
+        out_mask[NAN_ROW, NAN_HEAD] = True
+        lse_mask = np.zeros(got[1].shape, bool)
+        lse_mask[NAN_ROW, NAN_HEAD] = True
+        masks = [out_mask, lse_mask]
+    for g_arr, e_arr, mask in zip(got, expected, masks):
+        np.testing.assert_array_equal(np.isnan(g_arr), mask)
+        np.testing.assert_array_equal(np.isnan(e_arr), mask)  # the reference agrees
+        check_result(xp, to_xp(xp, np.where(mask, 0, g_arr)), np.where(mask, 0, e_arr),
+                     np.float64)
+
+
+def test_pos_inf_score_gives_nan_in_its_row_and_head(xp, api):
+    """As scipy.special.softmax: a +inf score makes its row and head NaN."""
+    import scipy.special
+
+    graph = named_graph("zero_degree_rows")
+    scores = np.random.default_rng(7).standard_normal((len(graph.indices), 2))
+    start, stop = graph.indptr[NAN_ROW], graph.indptr[NAN_ROW + 1]
+    scores[start + 1, 0] = INF
+    probs = to_np(api.edge_softmax(make_graph(xp, graph), to_xp(xp, scores)))
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(scipy.special.softmax(scores[start:stop, 0])).all()
+    mask = np.zeros(probs.shape, bool)
+    mask[start:stop, 0] = True
+    np.testing.assert_array_equal(np.isnan(probs), mask)
+    expected = ref.edge_softmax(graph.indptr, scores)[0]
+    np.testing.assert_allclose(probs[~mask], expected[~mask], rtol=1e-10, atol=1e-10)
+
+
+# ------------------------------------------------------------------ dtypes
+
+ALL_CASES = case_params()
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_float16_in_float16_out(xp, api, case):
+    """float16 returns float16 (lse float32) and matches the float64 reference at fp16 tolerance."""
+    graph = named_graph("zero_degree_rows")
+    args, kwargs = case.make(np.random.default_rng(8), graph, 3, 5, np.float16)
+    expected = case.reference(graph, args, kwargs)
+    got = case.run(api, make_graph(xp, graph), to_xp(xp, args), to_xp(xp, kwargs))
+    for i, arr in enumerate(got):
+        if arr is not None:
+            assert arr.dtype == (np.float32 if i == case.lse_index else np.float16), (i, arr.dtype)
+    check_outputs(xp, case, got, expected, args, kwargs)
+
+
+def _promotable(case, which):
+    args, kwargs = case.make(np.random.default_rng(0), named_graph("single_edge"), None, 2,
+                             np.float64)
+    if len(case.float_args(args, kwargs)) < 2:
+        return False
+    # inputs that must agree with each other (lse, out from the forward) are made at the
+    # base dtype; casting the first input would make them disagree at float64 precision
+    return which == "last" or not (case.aux or case.name == "attention_aggregate_backward_lse")
+
+
+PROMOTION_PARAMS = [
+    pytest.param(case, which, pair, id=f"{case.name}-{which}-{pair[0].__name__}+{pair[1].__name__}")
+    for case in CASES
+    for which in ("first", "last")
+    for pair in ((np.float64, np.float32), (np.float32, np.float16))
+    if _promotable(case, which)
+]
+
+
+@pytest.mark.parametrize("case,which,pair", PROMOTION_PARAMS)
+def test_mixed_float_dtypes_promote(xp, api, case, which, pair):
+    """One input at a narrower float dtype: the result has np.result_type of the inputs."""
+    base, narrow = pair
+    graph = named_graph("duplicates")
+    args, kwargs = case.make(np.random.default_rng(9), graph, 2, 3, base)
+    positions = [i for i, a in enumerate(args) if a is not None and i not in case.aux]
+    where = positions[0] if which == "first" else positions[-1]
+    args = tuple(a.astype(narrow) if i == where else a for i, a in enumerate(args))
+    expected = case.reference(graph, args, kwargs)
+    got = case.run(api, make_graph(xp, graph), to_xp(xp, args), to_xp(xp, kwargs))
+    for i, arr in enumerate(got):
+        if arr is not None:
+            want = lse_dtype(base) if i == case.lse_index else np.dtype(base)
+            assert arr.dtype == want, (i, arr.dtype, want)
+    check_outputs(xp, case, got, expected, args, kwargs)
+
+
+# ------------------------------------------------------------------ inputs and out=
+
+def _strided(xp, a):
+    """Same values, not C-contiguous (every other element of a wider buffer)."""
+    if a is None:
+        return None
+    wide = xp.zeros(a.shape + (2,), dtype=a.dtype)
+    wide[..., 0] = xp.asarray(a)
+    view = wide[..., 0]
+    assert a.size <= 1 or not view.flags.c_contiguous
+    return view
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_inputs_never_modified(xp, api, case):
+    graph = named_graph("unsorted_columns")
+    args, kwargs = case.make(np.random.default_rng(10), graph, 3, 4, np.float32)
+    xargs, xkwargs = to_xp(xp, args), to_xp(xp, kwargs)
+    indptr, indices = to_xp(xp, graph.indptr), to_xp(xp, graph.indices)
+    g = cupy_csrattn.CSRGraph(indptr, indices, graph.num_src)
+    case.run(api, g, xargs, xkwargs)
+    case.run(api, (indptr, indices, graph.num_src), xargs, xkwargs)
+    for before, after in zip(args, xargs):
+        if before is not None:
+            np.testing.assert_array_equal(to_np(after), before)
+    for name, value in kwargs.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(to_np(xkwargs[name]), value)
+    np.testing.assert_array_equal(to_np(indptr), graph.indptr)
+    np.testing.assert_array_equal(to_np(indices), graph.indices)
+    np.testing.assert_array_equal(to_np(g.indices), graph.indices)
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_non_contiguous_inputs(xp, api, case):
+    graph = named_graph("odd_sizes")
+    args, kwargs = case.make(np.random.default_rng(11), graph, 3, 4, np.float64)
+    strided = tuple(_strided(xp, a) for a in args)
+    kw = {k: (_strided(xp, v) if isinstance(v, np.ndarray) else v) for k, v in kwargs.items()}
+    got = case.run(api, make_graph(xp, graph), strided, kw)
+    check_outputs(xp, case, got, case.reference(graph, args, kwargs), args, kwargs)
+
+
+@pytest.mark.parametrize("case", case_params(where=lambda c: c.out_index is not None))
+def test_out_returned_and_filled(xp, api, case):
+    """out= pre-filled with NaN: every element must be written, and out itself returned."""
+    graph = named_graph("zero_degree_rows")
+    args, kwargs = case.make(np.random.default_rng(12), graph, 3, 5, np.float32)
+    expected = case.reference(graph, args, kwargs)
+    out = poison(xp, expected[case.out_index].shape, np.float32)
+    got = case.run(api, make_graph(xp, graph), to_xp(xp, args), dict(to_xp(xp, kwargs), out=out))
+    assert got[case.out_index] is out
+    check_outputs(xp, case, got, expected, args, kwargs)
+
+
+# ------------------------------------------------------------------ graph forms
+
+def test_duplicate_edges_are_distinct(xp, api):
+    graph = from_rows([[1, 1], [0, 1, 1, 1]], num_src=2)
+    scores = np.array([0.3, 0.3, 2.0, -1.0, -1.0, 0.5])
+    probs = to_np(api.edge_softmax(make_graph(xp, graph), to_xp(xp, scores)))
+    np.testing.assert_allclose(probs[:2], [0.5, 0.5], rtol=1e-12)
+    np.testing.assert_allclose(probs[2:], ref.edge_softmax(np.array([0, 4]), scores[2:])[0],
+                               rtol=1e-12)
+    assert probs[3] == probs[4] and probs[3] < probs[5]
+
+
+@pytest.mark.parametrize("kind", ["csrgraph", "tuple3", "csr"])
+@pytest.mark.parametrize("case", case_params("edge_softmax", "spmm", "attention_aggregate",
+                                             "gat_attention_backward"))
+def test_graph_forms_agree(xp, api, case, kind):
+    """CSRGraph, (indptr, indices, num_src) and a sparse CSR matrix give the same results."""
+    check_case(xp, api, case, named_graph("unsorted_columns"), 2, 3, np.float64, seed=13,
+               kind=kind)
+
+
+def test_two_tuple_graph(xp, api):
+    """(indptr, indices) works when every source index appears (num_src inferred)."""
+    graph = from_rows([[2, 0], [1], [0, 1, 2]], num_src=3)
+    rng = np.random.default_rng(14)
+    scores = rng.standard_normal(len(graph.indices))
+    values = rng.standard_normal((3, 4))
+    got = api.attention_aggregate((to_xp(xp, graph.indptr), to_xp(xp, graph.indices)),
+                                  to_xp(xp, scores), to_xp(xp, values))
+    check_result(xp, got, ref.attention_aggregate(graph.indptr, graph.indices, scores, values)[0],
+                 np.float64)
+
+
+# ------------------------------------------------------------------ sparse matrices
+
+def _sparse_module(xp):
+    if is_numpy(xp):
+        import scipy.sparse
+
+        return scipy.sparse
+    import cupyx.scipy.sparse
+
+    return cupyx.scipy.sparse
+
+
+def _stored_coo():
+    """Entries in a scrambled order, with duplicate (row, col) pairs and an empty row."""
+    rng = np.random.default_rng(15)
+    rows = np.array([3, 0, 2, 0, 3, 3, 0, 2, 5, 3, 0, 5], np.int32)
+    cols = np.array([1, 4, 0, 4, 2, 1, 0, 3, 4, 0, 2, 4], np.int32)
+    data = rng.standard_normal(len(rows)) * 2
+    return rows, cols, data, (6, 5)
+
+
+def _build_sparse(xp, fmt, cls):
+    """A sparse matrix of format fmt; its stored data order differs from CSR order for csc/coo."""
+    sparse = _sparse_module(xp)
+    if cls == "array" and not is_numpy(xp):
+        pytest.skip("cupyx.scipy.sparse has no sparse array classes")
+    rows, cols, data, shape = _stored_coo()
+    name = f"coo_{cls}"
+    coo = getattr(sparse, name)((to_xp(xp, data), (to_xp(xp, rows), to_xp(xp, cols))), shape=shape)
+    if fmt == "coo":
+        return coo
+    # build csr/csc directly from compressed arrays so duplicates stay unsummed and unsorted
+    major = rows if fmt == "csr" else cols
+    minor = cols if fmt == "csr" else rows
+    order = np.argsort(major, kind="stable")
+    indptr = np.zeros(shape[0 if fmt == "csr" else 1] + 1, np.int32)
+    indptr[1:] = np.cumsum(np.bincount(major, minlength=len(indptr) - 1))
+    matrix = getattr(sparse, f"{fmt}_{cls}")(
+        (to_xp(xp, data[order]), to_xp(xp, minor[order]), to_xp(xp, indptr)), shape=shape)
+    return matrix
+
+
+def _data_order(A):
+    """(row, col) of every stored entry, in A.data order, as NumPy arrays."""
+    if A.format == "coo":
+        return to_np(A.row).astype(np.int64), to_np(A.col).astype(np.int64)
+    indptr, indices = to_np(A.indptr), to_np(A.indices).astype(np.int64)
+    major = row_of_edges(indptr)
+    return (major, indices) if A.format == "csr" else (indices, major)
+
+
+def _reference_graph(A):
+    """CSR GraphData of A plus perm: CSR edge e is A's stored entry perm[e]."""
+    rows, cols = _data_order(A)
+    perm = np.argsort(rows, kind="stable")
+    indptr = np.zeros(A.shape[0] + 1, np.int64)
+    indptr[1:] = np.cumsum(np.bincount(rows, minlength=A.shape[0]))
+    return GraphData(indptr, cols[perm], A.shape[1]), perm
+
+
+def _to_data_order(csr_edge_values, perm):
+    result = np.empty_like(csr_edge_values)
+    result[perm] = csr_edge_values
+    return result
+
+
+FORMATS = [(fmt, cls) for fmt in ("csr", "csc", "coo") for cls in ("matrix", "array")]
+
+
+@pytest.mark.parametrize("fmt,cls", FORMATS)
+def test_edge_softmax_of_sparse_matrix_keeps_class_and_structure(xp, api, fmt, cls):
+    A = _build_sparse(xp, fmt, cls)
+    data_before = to_np(A.data).copy()
+    result = api.edge_softmax(A)
+    assert type(result) is type(A)
+    assert result.format == A.format and result.shape == A.shape
+    if fmt == "coo":
+        np.testing.assert_array_equal(to_np(result.row), to_np(A.row))
+        np.testing.assert_array_equal(to_np(result.col), to_np(A.col))
+    else:
+        np.testing.assert_array_equal(to_np(result.indptr), to_np(A.indptr))
+        np.testing.assert_array_equal(to_np(result.indices), to_np(A.indices))
+    graph, perm = _reference_graph(A)
+    expected = _to_data_order(ref.edge_softmax(graph.indptr, to_np(A.data)[perm])[0], perm)
+    check_result(xp, result.data, expected, np.float64)
+    np.testing.assert_array_equal(to_np(A.data), data_before)  # A itself untouched
+    assert result.data is not A.data
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_sparse_graph_edge_arrays_follow_stored_order(xp, api, fmt):
+    """With a CSC/COO graph, edge arrays in and out are in A.data order."""
+    A = _build_sparse(xp, fmt, "matrix")
+    graph, perm = _reference_graph(A)
+    rng = np.random.default_rng(16)
+    E = len(perm)
+    scores = rng.standard_normal((E, 2))  # in A.data order
+    values = rng.standard_normal((A.shape[1], 2, 3))
+    dst = rng.standard_normal((A.shape[0], 2, 4))
+    src = rng.standard_normal((A.shape[1], 2, 4))
+
+    probs = api.edge_softmax(A, to_xp(xp, scores))
+    check_result(xp, probs, _to_data_order(ref.edge_softmax(graph.indptr, scores[perm])[0], perm),
+                 np.float64)
+    out = api.attention_aggregate(A, to_xp(xp, scores), to_xp(xp, values))
+    check_result(xp, out, ref.attention_aggregate(graph.indptr, graph.indices, scores[perm],
+                                                  values)[0], np.float64)
+    out = api.spmm(A, to_xp(xp, scores), to_xp(xp, values))
+    check_result(xp, out, ref.spmm(graph.indptr, graph.indices, scores[perm], values), np.float64)
+    edge = api.sddmm(A, to_xp(xp, dst), to_xp(xp, src), op="dot")
+    check_result(xp, edge, _to_data_order(ref.sddmm(graph.indptr, graph.indices, dst, src), perm),
+                 np.float64)
+    grad_scores, _ = api.attention_aggregate_backward(A, to_xp(xp, scores), to_xp(xp, values),
+                                                      to_xp(xp, dst[..., :3]))
+    expected = ref.attention_aggregate_backward(graph.indptr, graph.indices, scores[perm], values,
+                                                dst[..., :3])[0]
+    check_result(xp, grad_scores, _to_data_order(expected, perm), np.float64)
+
+
+def test_sparse_spmm_ignores_data_when_weights_none(xp, api):
+    """weights=None means weights of one, also when the graph is a matrix with data."""
+    A = _build_sparse(xp, "csc", "matrix")
+    graph, _ = _reference_graph(A)
+    values = np.random.default_rng(17).standard_normal((A.shape[1], 3))
+    out = api.spmm(A, None, to_xp(xp, values))
+    check_result(xp, out, ref.spmm(graph.indptr, graph.indices, None, values), np.float64)
+
+
+# ------------------------------------------------------------------ devices
+
+def test_gpu_graph_with_numpy_inputs_computes_on_gpu(xp, api):
+    if is_numpy(xp):
+        pytest.skip("GPU placement test; runs with the cupy backend")
+    graph = named_graph("odd_sizes")
+    g = make_graph(xp, graph)  # on the GPU
+    scores = np.random.default_rng(18).standard_normal(len(graph.indices))
+    probs = api.edge_softmax(g, scores)
+    assert array_module_of(probs) == "cupy"
+    check_result(xp, probs, ref.edge_softmax(graph.indptr, scores)[0], np.float64)
+
+
+def test_numpy_graph_with_cupy_inputs_computes_on_gpu(xp, api):
+    if is_numpy(xp):
+        pytest.skip("GPU placement test; runs with the cupy backend")
+    cupy = require_cupy()
+    graph = named_graph("odd_sizes")
+    scores = np.random.default_rng(19).standard_normal(len(graph.indices))
+    probs = api.edge_softmax((graph.indptr, graph.indices, graph.num_src), cupy.asarray(scores))
+    assert array_module_of(probs) == "cupy"
+    check_result(xp, probs, ref.edge_softmax(graph.indptr, scores)[0], np.float64)
+
+
+# ------------------------------------------------------------------ leaky_relu at 0
+
+@pytest.mark.parametrize("slope", [0.2, 0.05])
+def test_gat_leaky_relu_derivative_at_zero_uses_slope(xp, api, slope):
+    """a_dst + a_src == 0 exactly on some edges: the derivative there is negative_slope."""
+    graph = from_rows([[0, 1, 2], [2, 0], [1]], num_src=3)
+    a_dst = np.array([[1.0, -0.5], [0.25, 2.0], [-1.5, 0.0]])
+    a_src = np.array([[-1.0, 0.5], [1.5, 0.0], [-0.25, 1.0]])  # several exact zeros
+    z = a_dst[row_of_edges(graph.indptr)] + a_src[graph.indices]
+    assert (z == 0).sum() >= 3
+    rng = np.random.default_rng(20)
+    values = rng.standard_normal((3, 2, 4))
+    grad_out = rng.standard_normal((3, 2, 4))
+    g = make_graph(xp, graph)
+    out, lse = api.gat_attention(g, to_xp(xp, a_dst), to_xp(xp, a_src), to_xp(xp, values),
+                                 negative_slope=slope, return_lse=True)
+    grads = api.gat_attention_backward(g, to_xp(xp, a_dst), to_xp(xp, a_src), to_xp(xp, values),
+                                       out, to_xp(xp, grad_out), lse, negative_slope=slope)
+    expected = ref.gat_attention_backward(graph.indptr, graph.indices, a_dst, a_src, values,
+                                          grad_out, negative_slope=slope)
+    for got, want in zip(grads, expected):
+        check_result(xp, got, want, np.float64)
