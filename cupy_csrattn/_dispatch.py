@@ -18,6 +18,31 @@ def is_cupy_array(x):
     return cupy is not None and isinstance(x, cupy.ndarray)
 
 
+_DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def as_array(name, x):
+    """x as a NumPy or CuPy array, without a copy where the data allow.
+
+    NumPy and CuPy arrays pass as they are. Objects on a CUDA device (exposing
+    __cuda_array_interface__, or __dlpack__ with a CUDA __dlpack_device__: PyTorch, JAX,
+    Numba arrays) become CuPy views of the same memory; other __dlpack__ objects become
+    NumPy views; anything else goes through np.asarray.
+    """
+    if isinstance(x, np.ndarray) or is_cupy_array(x):
+        return x
+    on_cuda = hasattr(x, "__cuda_array_interface__") or (
+        hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] in _DLPACK_CUDA_DEVICES)
+    if on_cuda:
+        if cupy is None:
+            raise TypeError(f"{name} lives on a CUDA device, which needs CuPy; it is not installed")
+        return cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
+    try:
+        return np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+    except Exception as error:
+        raise TypeError(f"{name} must be an array, got {type(x).__name__}") from error
+
+
 @functools.lru_cache(maxsize=None)
 def gpu_available():
     """True when CuPy is installed and a CUDA device can be used (probed once per process)."""

@@ -26,14 +26,13 @@ def resolve_graph(graph):
 
 
 def float_array(name, x):
-    """x as an array (NumPy or CuPy, as given); TypeError unless real floating point."""
+    """x as a NumPy or CuPy array (see _dispatch.as_array); TypeError unless real floating point."""
     if x is None:
         raise TypeError(f"{name} must be a floating-point array, got None")
-    if not (isinstance(x, np.ndarray) or _dispatch.is_cupy_array(x)):
-        try:
-            x = np.asarray(x)
-        except Exception as error:
-            raise TypeError(f"{name} must be an array, got {type(x).__name__}") from error
+    x = _dispatch.as_array(name, x)
+    if x.dtype.name == "bfloat16":
+        raise TypeError(f"{name} has dtype bfloat16, which cupy_csrattn does not support yet; "
+                        "convert it to float16 or float32")
     if x.dtype.kind != "f":
         raise TypeError(f"{name} must be a real floating-point array, got dtype {x.dtype}")
     return x

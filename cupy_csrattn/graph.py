@@ -12,10 +12,9 @@ _INT32_MAX = np.iinfo(np.int32).max
 
 def _index_array(name, array, on_gpu):
     """array as a 1-D int32/int64 array on the graph's device; TypeError/ValueError naming it."""
+    array = _dispatch.as_array(name, array)
     if _dispatch.is_cupy_array(array):
         on_gpu = True
-    elif not isinstance(array, np.ndarray):
-        array = np.asarray(array)
     if on_gpu:
         array = _dispatch.to_device(array, True)
     dtype = array.dtype
@@ -61,6 +60,7 @@ class CSRGraph:
     def __init__(self, indptr, indices, num_src=None, *, check="full"):
         if check not in _CHECK_MODES:
             raise ValueError(f"check must be one of {_CHECK_MODES}, got {check!r}")
+        indptr, indices = _dispatch.as_array("indptr", indptr), _dispatch.as_array("indices", indices)
         on_gpu = _dispatch.is_cupy_array(indptr) or _dispatch.is_cupy_array(indices)
         indptr = _index_array("indptr", indptr, on_gpu)
         indices = _index_array("indices", indices, on_gpu)
@@ -139,6 +139,7 @@ class CSRGraph:
         perm : (E,) int64 array
             Graph edge ``e`` is input edge ``perm[e]``.
         """
+        src, dst = _dispatch.as_array("src", src), _dispatch.as_array("dst", dst)
         on_gpu = _dispatch.is_cupy_array(src) or _dispatch.is_cupy_array(dst)
         src = _index_array("src", src, on_gpu)
         dst = _index_array("dst", dst, on_gpu)
