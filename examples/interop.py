@@ -90,7 +90,10 @@ def to_tensor(array):
 def torch_stream():
     """CuPy's view of PyTorch's current CUDA stream, so that the library's kernels are
     ordered after PyTorch's work on the inputs and before its work on the outputs."""
-    return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+    stream = torch.cuda.current_stream()
+    if hasattr(cupy.cuda.Stream, "from_external"):  # CuPy >= 14: the CUDA stream protocol
+        return cupy.cuda.Stream.from_external(stream)
+    return cupy.cuda.ExternalStream(stream.cuda_stream)
 
 
 # ---------------------------------------------------------------------------------------
