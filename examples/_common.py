@@ -382,3 +382,18 @@ def gradient_check(model, x, labels, idx, *, checks_per_param=6, eps=1e-6, seed=
             worst = max(worst, abs(numeric - analytic) / max(abs(numeric), abs(analytic), 1e-7))
         errors[name] = worst
     return max(errors.values()), errors
+
+
+def add_training_arguments(parser):
+    """The command-line options both training examples share."""
+    parser.add_argument("--mtx", help="train on this Matrix Market graph instead of the SBM")
+    parser.add_argument("--nodes", type=int, default=3000, help="SBM nodes (default 3000)")
+    parser.add_argument("--classes", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--noise", type=float, default=3.0, help="feature noise (std) around the class means")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
+    parser.add_argument("--log-every", type=int, default=1, help="print every N epochs (0: only the summary)")
+    parser.add_argument("--no-check", action="store_true", help="skip the finite-difference gradient check")

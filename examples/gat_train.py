@@ -133,18 +133,8 @@ def check_gradients(seed=0, num_nodes=60, verbose=True):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mtx", help="train on this Matrix Market graph instead of the SBM")
-    parser.add_argument("--nodes", type=int, default=3000, help="SBM nodes (default 3000)")
-    parser.add_argument("--classes", type=int, default=5)
-    parser.add_argument("--epochs", type=int, default=100)
-    parser.add_argument("--lr", type=float, default=0.01)
+    _common.add_training_arguments(parser)
     parser.add_argument("--hidden", type=int, default=8, help="features per head in layer 1")
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--noise", type=float, default=3.0, help="feature noise (std) around the class means")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
-    parser.add_argument("--log-every", type=int, default=1, help="print every N epochs (0: only the summary)")
-    parser.add_argument("--no-check", action="store_true", help="skip the finite-difference gradient check")
     args = parser.parse_args(argv)
 
     xp = _common.select_backend(args.device, probe)
