@@ -83,7 +83,9 @@ class CSRGraph:
         indices = indices.astype(np.int64) if indices.dtype == np.uint64 else indices
         if num_src is None:
             num_src = int(indices.max()) + 1 if len(indices) else 0  # host sync
-            if len(indices) and int(indices.min()) < 0 and check != "none":  # host sync
+            # "full" checks the range below, with the maximum; "fast" still must not accept
+            # a negative index just because it derived num_src.
+            if check == "fast" and len(indices) and int(indices.min()) < 0:  # host sync
                 raise ValueError("indices has negative entries")
         if check == "full":
             self._check_structure(xp, indptr, indices, num_src)

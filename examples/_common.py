@@ -397,3 +397,28 @@ def add_training_arguments(parser):
     parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
     parser.add_argument("--log-every", type=int, default=1, help="print every N epochs (0: only the summary)")
     parser.add_argument("--no-check", action="store_true", help="skip the finite-difference gradient check")
+
+
+def run_training(args, name, probe, check_gradients, build_model, baseline_hidden):
+    """The main program of a training example: pick the backend, check the gradients, load
+    the data, train the model and a features-only MLP the same way, and compare them.
+
+    build_model(graph, in_features, num_classes, xp) returns the model to train.
+    """
+    xp = select_backend(args.device, probe)
+    if not args.no_check:
+        check_gradients()
+    if args.mtx:
+        data = mtx_data(args.mtx, args.classes, noise=args.noise, seed=args.seed)
+    else:
+        data = sbm_data(args.nodes, args.classes, noise=args.noise, seed=args.seed)
+    data.describe()
+    graph, x, labels, train_idx, test_idx = data.to(xp)
+    in_features = x.shape[1]
+    model = build_model(graph, in_features, data.num_classes, xp)
+    history = train(model, x, labels, train_idx, test_idx, epochs=args.epochs, lr=args.lr,
+                    log_every=args.log_every, name=name)
+    mlp = MLP(in_features, baseline_hidden, data.num_classes, rng=np.random.default_rng(args.seed), xp=xp)
+    baseline = train(mlp, x, labels, train_idx, test_idx, epochs=args.epochs, lr=args.lr,
+                     log_every=0, name="MLP")
+    return compare(name, history, baseline, data)

@@ -137,27 +137,12 @@ def main(argv=None):
     parser.add_argument("--hidden", type=int, default=8, help="features per head in layer 1")
     args = parser.parse_args(argv)
 
-    xp = _common.select_backend(args.device, probe)
-    if not args.no_check:
-        check_gradients(args.seed)
-    if args.mtx:
-        data = _common.mtx_data(args.mtx, args.classes, noise=args.noise, seed=args.seed)
-    else:
-        data = _common.sbm_data(args.nodes, args.classes, noise=args.noise, seed=args.seed)
-    data.describe()
-    graph, x, labels, train_idx, test_idx = data.to(xp)
-    in_features = x.shape[1]
-
-    gat = GAT(graph, in_features, data.num_classes, hidden=args.hidden, heads=args.heads,
-              rng=np.random.default_rng(args.seed), xp=xp)
-    history = _common.train(gat, x, labels, train_idx, test_idx, epochs=args.epochs, lr=args.lr,
-                            log_every=args.log_every, name="GAT")
-    mlp = _common.MLP(in_features, args.hidden * args.heads, data.num_classes,
-                      rng=np.random.default_rng(args.seed), xp=xp)
-    baseline = _common.train(mlp, x, labels, train_idx, test_idx, epochs=args.epochs, lr=args.lr,
-                             log_every=0, name="MLP")
-    return _common.compare("GAT", history, baseline, data)
-
+    return _common.run_training(
+        args, "GAT", probe, lambda: check_gradients(args.seed),
+        lambda graph, in_features, num_classes, xp: GAT(
+            graph, in_features, num_classes, hidden=args.hidden, heads=args.heads,
+            rng=np.random.default_rng(args.seed), xp=xp),
+        baseline_hidden=args.hidden * args.heads)
 
 if __name__ == "__main__":
     main()

@@ -137,27 +137,12 @@ def main(argv=None):
     parser.add_argument("--no-residual", action="store_true", help="drop the residual connections")
     args = parser.parse_args(argv)
 
-    xp = _common.select_backend(args.device, probe)
-    if not args.no_check:
-        check_gradients(args.seed, residual=not args.no_residual)
-    if args.mtx:
-        data = _common.mtx_data(args.mtx, args.classes, noise=args.noise, seed=args.seed)
-    else:
-        data = _common.sbm_data(args.nodes, args.classes, noise=args.noise, seed=args.seed)
-    data.describe()
-    graph, x, labels, train_idx, test_idx = data.to(xp)
-    in_features = x.shape[1]
-
-    model = GraphTransformer(graph, in_features, data.num_classes, dim=args.dim, heads=args.heads,
-                             num_layers=args.layers, residual=not args.no_residual,
-                             rng=np.random.default_rng(args.seed), xp=xp)
-    history = _common.train(model, x, labels, train_idx, test_idx, epochs=args.epochs, lr=args.lr,
-                            log_every=args.log_every, name="transformer")
-    mlp = _common.MLP(in_features, args.dim, data.num_classes, rng=np.random.default_rng(args.seed), xp=xp)
-    baseline = _common.train(mlp, x, labels, train_idx, test_idx, epochs=args.epochs, lr=args.lr,
-                             log_every=0, name="MLP")
-    return _common.compare("transformer", history, baseline, data)
-
+    return _common.run_training(
+        args, "transformer", probe, lambda: check_gradients(args.seed, residual=not args.no_residual),
+        lambda graph, in_features, num_classes, xp: GraphTransformer(
+            graph, in_features, num_classes, dim=args.dim, heads=args.heads, num_layers=args.layers,
+            residual=not args.no_residual, rng=np.random.default_rng(args.seed), xp=xp),
+        baseline_hidden=args.dim)
 
 if __name__ == "__main__":
     main()
