@@ -1,12 +1,14 @@
 """Loading the kernels in cuda/*.cu through cupy.RawModule.
 
 Each specialization (kernel family x data type x index type) is the family's source behind
-a small #define preamble, with common.cuh inlined, so CuPy's on-disk cache (keyed by the
-source text and options) is reused across processes and invalidated by any header edit.
+a small #define preamble, with common.cuh and its own headers inlined, so CuPy's on-disk
+cache (keyed by the source text and options) is reused across processes and invalidated by
+any header edit.
 Entry points are extern "C": no name_expressions, which would recompile in every process.
 """
 import functools
 import pathlib
+import re
 
 import numpy as np
 
@@ -24,13 +26,17 @@ def _kernel_dir():
     return KERNEL_DIR
 
 # The extern "C" entry points of each family, for warmup() and the compile tests.
+_ROW_KERNELS = ("v1", "v2", "v4", "wide")  # one weight functor's kernels, see aggregate.cuh
 ENTRY_POINTS = {
     "softmax": tuple(f"softmax_{stage}_{mode}" for mode in ("forward", "lse", "grad_probs", "grad_scores")
                      for stage in ("groups", "rows", "merge", "write")),
-    "aggregate": tuple(f"aggregate_{stage}_{mode}" for mode in ("ones", "weights", "weights_perm", "softmax",
-                                                               "probs_perm")
-                       for stage in ("rows", "batched_v1", "batched_v2", "batched_v4", "merge")),
+    "aggregate": tuple(f"aggregate_{mode}_{variant}"
+                       for mode in ("ones", "weights", "weights_perm", "softmax", "probs_perm")
+                       for variant in _ROW_KERNELS) + ("aggregate_merge_sum", "aggregate_merge_softmax"),
     "sddmm": ("sddmm_dot_v1", "sddmm_dot_v2", "sddmm_dot_v4", "sddmm_add"),
+    "attention": tuple(f"attention_{score}_{stage}_{variant}" for score in ("dot", "gat")
+                       for stage in ("forward", "probs_t", "grad", "grad_t")
+                       for variant in _ROW_KERNELS) + ("attention_row_dot",),
 }
 
 DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2}
@@ -48,14 +54,19 @@ def specializations():
             for index_dtype in INDEX_TYPES]
 
 
+_INCLUDE = re.compile(r'^#include "([\w.]+\.cuh)"$', re.MULTILINE)
+
+
 @functools.lru_cache(maxsize=None)
 def source(family, dtype, index_dtype):
-    """The full source text of one specialization."""
+    """The full source text of one specialization: preamble, common.cuh, the family's file
+    with its ``#include "*.cuh"`` lines replaced by those headers from cuda/."""
     dtype, index_dtype = np.dtype(dtype), np.dtype(index_dtype)
     preamble = (f"#define CSR_DTYPE {DTYPE_CODES[dtype]}\n"
                 f"#define CSR_IDX {INDEX_TYPES[index_dtype]}\n")
     common = (_kernel_dir() / "common.cuh").read_text()
-    body = (_kernel_dir() / f"{family}.cu").read_text()
+    body = _INCLUDE.sub(lambda m: f"// ---- {m.group(1)} ----\n" + (_kernel_dir() / m.group(1)).read_text(),
+                        (_kernel_dir() / f"{family}.cu").read_text())
     return preamble + common + f"\n// ---- {family}.cu ----\n" + body
 
 

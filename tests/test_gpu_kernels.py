@@ -113,6 +113,77 @@ def test_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
         _close(cupy, got_v, want_v, dtype)
 
 
+def _fused_inputs(rng, g, heads, head_dim, features, dtype):
+    """Inputs of graph_attention and gat_attention on graph g (keyword names of the ops)."""
+    def node(n, last):
+        return rng.standard_normal((n, last) if heads is None else (n, heads, last)).astype(dtype)
+
+    def scalar(n):
+        return rng.standard_normal((n,) if heads is None else (n, heads)).astype(dtype)
+
+    return {
+        "graph_attention": dict(q=node(g.num_dst, head_dim), k=node(g.num_src, head_dim),
+                                v=node(g.num_src, features)),
+        "gat_attention": dict(a_dst=scalar(g.num_dst) * 2, a_src=scalar(g.num_src) * 2,
+                              values=node(g.num_src, features)),
+    }
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("heads,head_dim,features", [(None, 5, 3), (1, 64, 64), (3, 7, 5), (8, 16, 16),
+                                                     (4, 64, 64), (40, 2, 1), (2, 1, 70), (2, 0, 3), (2, 4, 0)])
+def test_fused_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, head_dim, features):
+    """graph_attention and gat_attention, forward and backward, against the CPU backend."""
+    rng = np.random.default_rng(5)
+    g = _graph(rng, index_dtype)
+    gg = g.to_gpu()
+    grad_out = rng.standard_normal((g.num_dst, features) if heads is None
+                                   else (g.num_dst, heads, features)).astype(dtype)
+    for op, inputs in _fused_inputs(rng, g, heads, head_dim, features, dtype).items():
+        forward, backward = getattr(ca, op), getattr(ca, op + "_backward")
+        gpu_inputs = {name: cupy.asarray(x) for name, x in inputs.items()}
+        want_out, want_lse = forward(g, **inputs, return_lse=True)
+        out = _poisoned(cupy, want_out.shape, dtype)
+        got_out, got_lse = forward(gg, **gpu_inputs, out=out, return_lse=True)
+        assert got_out is out
+        _close(cupy, got_out, want_out, dtype)
+        finite = np.isfinite(want_lse)
+        assert finite.any() and np.array_equal(np.isfinite(cupy.asnumpy(got_lse)), finite)
+        _close(cupy, cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
+        # The backward of both backends from the same saved forward.
+        wants = backward(g, *inputs.values(), want_out, grad_out, want_lse)
+        gots = backward(gg, *gpu_inputs.values(), cupy.asarray(want_out), cupy.asarray(grad_out),
+                        cupy.asarray(want_lse))
+        for name, got, want in zip(inputs, gots, wants):
+            assert got.shape == want.shape, name
+            _close(cupy, got, want, dtype)
+
+
+def test_fused_special_rows_on_gpu(cupy, plan_limits):
+    """gat: a row whose scores are all -inf gets zero output and lse -inf; graph_attention:
+    a NaN in q poisons its own row and head only, the hub row included."""
+    rng = np.random.default_rng(4)
+    g = _graph(rng, np.int64)
+    H, D, F = 2, 3, 4
+    inputs = _fused_inputs(rng, g, H, D, F, np.float64)
+    inputs["gat_attention"]["a_dst"][1] = -np.inf
+    inputs["graph_attention"]["q"][5, 1, 0] = np.nan
+    for op, inputs in inputs.items():
+        want_out, want_lse = getattr(ca, op)(g, **inputs, return_lse=True)
+        got_out, got_lse = getattr(ca, op)(g.to_gpu(), **{n: cupy.asarray(x) for n, x in inputs.items()},
+                                           return_lse=True)
+        got_out, got_lse = cupy.asnumpy(got_out), cupy.asnumpy(got_lse)
+        assert np.array_equal(np.isnan(got_out), np.isnan(want_out))
+        assert np.array_equal(np.isneginf(got_lse), np.isneginf(want_lse))
+        ok = ~np.isnan(want_out)
+        np.testing.assert_allclose(got_out[ok], want_out[ok], rtol=1e-12, atol=1e-12)
+        if op == "gat_attention":
+            assert (got_out[1] == 0).all() and np.isneginf(got_lse[1]).all()
+        else:
+            assert np.isnan(got_out[5, 1]).all() and not np.isnan(got_out[5, 0]).any()
+
+
 def test_special_rows_on_gpu(cupy, plan_limits):
     """All -inf rows give zero weights and lse -inf; a NaN stays in its own row and head."""
     rng = np.random.default_rng(3)
@@ -145,10 +216,17 @@ def test_bitwise_reproducible(cupy, plan_limits):
     values = cupy.asarray(rng.standard_normal((g.num_src, H, F)).astype(np.float32))
     grad_out = cupy.asarray(rng.standard_normal((g.num_dst, H, F)).astype(np.float32))
 
+    fused = {op: {name: cupy.asarray(x) for name, x in inputs.items()}
+             for op, inputs in _fused_inputs(rng, g, H, F, F, np.float32).items()}
+
     def run():
         out, lse = ca.attention_aggregate(g, scores, values, return_lse=True)
-        grads = ca.attention_aggregate_backward(g, scores, values, grad_out, lse=lse)
-        return [cupy.asnumpy(a) for a in (out, lse, *grads, ca.edge_softmax(g, scores))]
+        results = [out, lse, *ca.attention_aggregate_backward(g, scores, values, grad_out, lse=lse),
+                   ca.edge_softmax(g, scores)]
+        for op, inputs in fused.items():
+            out, lse = getattr(ca, op)(g, **inputs, return_lse=True)
+            results += [out, lse, *getattr(ca, op + "_backward")(g, *inputs.values(), out, grad_out, lse)]
+        return [cupy.asnumpy(a) for a in results]
 
     first, second = run(), run()
     for a, b in zip(first, second):

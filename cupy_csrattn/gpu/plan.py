@@ -69,6 +69,13 @@ def row_of_edge(graph):
                         lambda: graph.row_of_edge().astype(graph.index_dtype, copy=False))
 
 
+def unit_values(graph, heads, dtype):
+    """A cached (max(num_dst, num_src), H, 1) array of ones: as the values of an aggregation,
+    it turns it into a plain sum of weights over each row (of the graph or its transpose)."""
+    return graph.cached(("gpu_unit_values", heads, np.dtype(dtype).str),
+                        lambda: _dispatch.cupy.ones((max(graph.num_dst, graph.num_src), heads, 1), dtype))
+
+
 class SoftmaxLayout:
     """The plan of the row-wise softmax kernels for H heads: short rows in lane groups.
 

@@ -1,7 +1,7 @@
 """Launchers of cuda/sddmm.cu, and sddmm's backward through the aggregation kernels."""
 from cupy_csrattn.gpu import plan as plans
 from cupy_csrattn.gpu.aggregate import aggregate
-from cupy_csrattn.gpu._launch import BLOCK_THREADS, acc_dtype, i32, i64, launch, scratch, vector_width
+from cupy_csrattn.gpu._launch import BLOCK_THREADS, acc_dtype, i32, i64, launch, vector_width
 
 
 def _pair_grid(graph, heads):
@@ -38,10 +38,9 @@ def sddmm_dot_backward(graph, dst, src, grad_scores, scale, grad_dst, grad_src):
 
 
 def sddmm_add_backward(graph, grad_scores, grad_dst, grad_src):
-    # Row sums and source sums of grad_scores: aggregations of a feature of ones.
+    # Row sums and source sums of grad_scores: aggregations of values that are all ones.
     heads = grad_scores.shape[1]
-    ones = scratch((max(graph.num_dst, graph.num_src), heads, 1), grad_scores.dtype)
-    ones.fill(1)
+    ones = plans.unit_values(graph, heads, grad_scores.dtype)
     aggregate("weights", graph, ones[:graph.num_src], grad_dst.reshape(graph.num_dst, heads, 1), weights=grad_scores)
     graph_t, perm = plans.transposed(graph)
     aggregate("weights_perm", graph_t, ones[:graph.num_dst], grad_src.reshape(graph.num_src, heads, 1),

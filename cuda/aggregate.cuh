@@ -1,0 +1,297 @@
+// Weighted neighbour aggregation, shared by aggregate.cu and attention.cu:
+// out[row, j] = sum over the row's edges e of w(e, head(j)) * X[col(e), j], with j over the
+// H * F features of a node row.
+//
+// The weight source is a functor W, called as w(e, row, col, head), with W::KIND:
+//   WEIGHTS         the call is the weight itself
+//   SOFTMAX_TWO_PASS the call is a score that depends on e only (cheap to read twice); the
+//                   weights are its softmax over the row: a first pass finds each head's max,
+//                   so each weight is one exp
+//   SOFTMAX_ONLINE  the call is a score computed from row and col (a dot product or a sum of
+//                   node terms); one pass, with a running max per head and the accumulators
+//                   rescaled when it grows (flash-attention style), so no score is computed twice
+//
+// Mapping: one warp per work item (edges [begin, end) of one row); lanes cover the row's
+// H * F features, so every gather of X[col] is coalesced. For H <= 32 the batched path
+// (VEC-element loads, VEC chosen by the launcher from F and alignment) computes each
+// (edge, head) weight once in one lane and shares it by shuffle; for more heads the wide
+// path gives each lane single features and keeps an online softmax state (m, l) next to
+// each accumulator. Items that cover a whole row write the output directly; split rows
+// write unnormalized partial accumulators and states, merged in item order by
+// aggregate_merge (deterministic, no atomics). Bound: memory (the gather of X dominates).
+#define BLOCK_WARPS 8
+#define NACC 4
+#define TILE (WARP * NACC)
+#define BATCH_ACC 2  // vectors per lane per tile in the batched path (more spills registers)
+
+#define WEIGHTS 0
+#define SOFTMAX_TWO_PASS 1
+#define SOFTMAX_ONLINE 2
+
+// Fixed-order reductions over the lanes of one head in the batched layout (lane k * H + h
+// holds edge k of head h, k < B); the result lands in lane h (edge 0), then is broadcast.
+__device__ __forceinline__ acc_t head_max_to_all(acc_t x, int H, int B, int my_edge, int my_head) {
+    for (int offset = 1; offset < B; offset <<= 1) {
+        acc_t other = __shfl_down_sync(FULL_MASK, x, offset * H);
+        if (my_edge + offset < B) x = nan_max(x, other);
+    }
+    return __shfl_sync(FULL_MASK, x, my_head);
+}
+
+__device__ __forceinline__ acc_t head_sum_to_leader(acc_t x, int H, int B, int my_edge) {
+    for (int offset = 1; offset < B; offset <<= 1) {
+        acc_t other = __shfl_down_sync(FULL_MASK, x, offset * H);
+        if (my_edge + offset < B) x += other;
+    }
+    return x;
+}
+
+// Batched path, H <= 32: a batch of B = 32 / H edges at a time; lane k * H + h loads edge
+// k's index and computes its weight for head h once, then every lane takes them by shuffle
+// while gathering its VEC-wide slices of the H * F features of each edge.
+template <class W, int VEC>
+__device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num_items, i64 num_whole, int H, int F,
+                                                       const idx_t* indices, const W& w, const scalar_t* X,
+                                                       scalar_t* out, lse_t* lse_out, acc_t* partial_acc,
+                                                       SoftmaxState* partial_state) {
+    __shared__ acc_t shared[BLOCK_WARPS][WARP];
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    i64 index = (i64)blockIdx.x * BLOCK_WARPS + warp;
+    if (index >= num_items) return;
+    Item item = load_item(items, index);
+    const int HF = H * F;
+    const int B = WARP / H;  // edges per batch
+    const bool weight_lane = lane < B * H;
+    const int my_head = lane % H, my_edge = lane / H;
+    acc_t* buf = shared[warp];
+
+    // Two-pass softmax: the max of each head over the item's edges (all lanes of a head agree).
+    acc_t head_max = 0;
+    if (W::KIND == SOFTMAX_TWO_PASS) {
+        acc_t m = neg_inf();
+        if (weight_lane) {
+            for (i64 e = item.begin + my_edge; e < item.end; e += B) m = nan_max(m, w(e, item.row, 0, my_head));
+        }
+        head_max = head_max_to_all(m, H, B, my_edge, my_head);
+    }
+
+    // At least one tile: with no features the softmax modes still owe the row's lse.
+    for (int tile = 0; tile < HF || (tile == 0 && W::KIND != WEIGHTS); tile += WARP * VEC * BATCH_ACC) {
+        acc_t acc[BATCH_ACC][VEC];
+        int head[BATCH_ACC];
+        bool valid[BATCH_ACC];
+#pragma unroll
+        for (int t = 0; t < BATCH_ACC; ++t) {
+            int j = tile + (lane + WARP * t) * VEC;
+            valid[t] = j < HF;
+            head[t] = valid[t] ? j / F : 0;
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) acc[t][v] = 0;
+        }
+        acc_t weight_sum = 0;          // per weight lane: sum of its (edge, head) weights
+        acc_t running_max = neg_inf();  // online softmax: max so far of head my_head
+        for (i64 e0 = item.begin; e0 < item.end; e0 += B) {
+            int batch = (int)min((i64)B, item.end - e0);
+            bool active = weight_lane && my_edge < batch;
+            i64 my_col = 0;
+            acc_t my_weight = 0;
+            if (active) {
+                my_col = indices[e0 + my_edge];
+                my_weight = w(e0 + my_edge, item.row, my_col, my_head);
+            }
+            if (W::KIND == SOFTMAX_TWO_PASS) {
+                my_weight = (!active || my_weight == neg_inf()) ? (acc_t)0 : exp_acc(my_weight - head_max);
+            } else if (W::KIND == SOFTMAX_ONLINE) {
+                acc_t score = active ? my_weight : neg_inf();
+                acc_t new_max = nan_max(running_max, head_max_to_all(score, H, B, my_edge, my_head));
+                acc_t factor = rescale(running_max, new_max);
+                running_max = new_max;
+                my_weight = score == neg_inf() ? (acc_t)0 : exp_acc(score - new_max);
+                weight_sum *= factor;
+#pragma unroll
+                for (int t = 0; t < BATCH_ACC; ++t) {
+                    acc_t f = __shfl_sync(FULL_MASK, factor, head[t]);
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) acc[t][v] *= f;
+                }
+            }
+            weight_sum += my_weight;
+#pragma unroll 4
+            for (int k = 0; k < batch; ++k) {
+                i64 col = __shfl_sync(FULL_MASK, my_col, k * H);
+                const scalar_t* x_row = X + col * HF + tile + lane * VEC;
+#pragma unroll
+                for (int t = 0; t < BATCH_ACC; ++t) {
+                    acc_t weight = __shfl_sync(FULL_MASK, my_weight, k * H + head[t]);
+                    if (!valid[t]) continue;
+                    acc_t x[VEC];
+                    load_vec<VEC>(x_row + WARP * VEC * t, x);
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) acc[t][v] += weight * x[v];
+                }
+            }
+        }
+        if (W::KIND != WEIGHTS) {
+            // Each head's weight sum, merged over its lanes in a fixed order, in lane h.
+            acc_t row_sum = head_sum_to_leader(weight_sum, H, B, my_edge);
+            acc_t row_max = W::KIND == SOFTMAX_ONLINE ? running_max : head_max;
+            if (lane < H && tile == 0) {  // the row (or chunk) state of head `lane`, once
+                SoftmaxState state;
+                state.m = row_max;
+                state.l = row_sum;
+                if (item.split >= 0) partial_state[(index - num_whole) * H + lane] = state;
+                else if (lse_out != 0) lse_out[item.row * H + lane] = state_lse(state);
+            }
+            buf[lane] = row_sum;
+            __syncwarp();
+        }
+#pragma unroll
+        for (int t = 0; t < BATCH_ACC; ++t) {
+            if (!valid[t]) continue;
+            int j = tile + (lane + WARP * t) * VEC;
+            acc_t head_sum = W::KIND != WEIGHTS ? buf[head[t]] : (acc_t)1;
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) {
+                acc_t value = acc[t][v];
+                if (item.split >= 0) {
+                    partial_acc[(index - num_whole) * HF + j + v] = value;
+                } else if (W::KIND != WEIGHTS) {
+                    store_scalar(out + item.row * HF + j + v, head_sum == 0 ? (acc_t)0 : value / head_sum);
+                } else {
+                    store_scalar(out + item.row * HF + j + v, value);
+                }
+            }
+        }
+        __syncwarp();  // buf is rewritten by the next tile
+    }
+}
+
+// Wide path, any H: lane j of a tile owns feature j and computes its head's weight itself.
+template <class W>
+__device__ __forceinline__ void aggregate_rows_wide(const i64* items, i64 num_items, i64 num_whole, int H, int F,
+                                                    const idx_t* indices, const W& w, const scalar_t* X,
+                                                    scalar_t* out, lse_t* lse_out, acc_t* partial_acc,
+                                                    SoftmaxState* partial_state) {
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    i64 index = (i64)blockIdx.x * BLOCK_WARPS + warp;
+    if (index >= num_items) return;
+    Item item = load_item(items, index);
+    const i64 HF = (i64)H * F;
+    // With no features, softmax modes run the heads as if F were 1, for the lse only.
+    const int state_f = F > 0 ? F : 1;
+    const i64 lanes_needed = W::KIND != WEIGHTS && F == 0 ? (i64)H : HF;
+    for (i64 tile = 0; tile < lanes_needed; tile += TILE) {
+        acc_t acc[NACC];
+        SoftmaxState state[NACC];
+        int head[NACC];
+        bool valid[NACC];
+#pragma unroll
+        for (int t = 0; t < NACC; ++t) {
+            i64 j = tile + lane + WARP * t;
+            valid[t] = j < lanes_needed;
+            head[t] = valid[t] ? (int)(j / state_f) : 0;
+            acc[t] = 0;
+            state[t] = empty_state();
+        }
+#pragma unroll 2
+        for (i64 e = item.begin; e < item.end; ++e) {
+            i64 col = indices[e];
+            const scalar_t* x_row = X + col * HF + tile + lane;
+#pragma unroll
+            for (int t = 0; t < NACC; ++t) {
+                if (!valid[t]) continue;
+                acc_t weight = w(e, item.row, col, head[t]);
+                acc_t x = F > 0 ? load_scalar(x_row + WARP * t) : (acc_t)0;
+                if (W::KIND != WEIGHTS) {
+                    SoftmaxState next = add_score(state[t], weight);
+                    acc_t p = (weight == neg_inf()) ? (acc_t)0 : rescale(weight, next.m);
+                    acc[t] = acc[t] * rescale(state[t].m, next.m) + p * x;
+                    state[t] = next;
+                } else {
+                    acc[t] += weight * x;
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NACC; ++t) {
+            if (!valid[t]) continue;
+            i64 j = tile + lane + WARP * t;
+            bool head_leader = (j % state_f) == 0;
+            bool has_feature = F > 0;
+            if (item.split >= 0) {
+                i64 slot = index - num_whole;
+                if (has_feature) partial_acc[slot * HF + j] = acc[t];
+                if (W::KIND != WEIGHTS && head_leader) partial_state[slot * H + head[t]] = state[t];
+            } else if (W::KIND != WEIGHTS) {
+                if (has_feature) store_scalar(out + item.row * HF + j, state[t].l == 0 ? (acc_t)0 : acc[t] / state[t].l);
+                if (lse_out != 0 && head_leader) lse_out[item.row * H + head[t]] = state_lse(state[t]);
+            } else {
+                store_scalar(out + item.row * HF + j, acc[t]);
+            }
+        }
+    }
+}
+
+// One warp per split row: merges its items' partials in item order. Lane j < H also merges
+// head j's softmax state for the lse (so rows without features get theirs too).
+template <bool SOFTMAX>
+__device__ __forceinline__ void aggregate_merge(const i64* split_rows, i64 num_split, int H, int F,
+                                                const acc_t* partial_acc, const SoftmaxState* partial_state,
+                                                scalar_t* out, lse_t* lse_out) {
+    int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    i64 index = (i64)blockIdx.x * BLOCK_WARPS + warp;
+    if (index >= num_split) return;
+    i64 row = split_rows[3 * index], first = split_rows[3 * index + 1], count = split_rows[3 * index + 2];
+    const i64 HF = (i64)H * F;
+    if (SOFTMAX && lse_out != 0) {
+        for (int head = lane; head < H; head += WARP) {
+            SoftmaxState state = empty_state();
+            for (i64 c = 0; c < count; ++c) state = merge_states(state, partial_state[(first + c) * H + head]);
+            lse_out[row * H + head] = state_lse(state);
+        }
+    }
+    for (i64 j = lane; j < HF; j += WARP) {
+        int head = (int)(j / F);
+        acc_t acc = 0;
+        SoftmaxState state = empty_state();
+        for (i64 c = 0; c < count; ++c) {
+            acc_t part = partial_acc[(first + c) * HF + j];
+            if (SOFTMAX) {
+                SoftmaxState other = partial_state[(first + c) * H + head];
+                SoftmaxState next = merge_states(state, other);
+                acc = acc * rescale(state.m, next.m) + (other.l == 0 ? (acc_t)0 : part * rescale(other.m, next.m));
+                state = next;
+            } else {
+                acc += part;
+            }
+        }
+        store_scalar(out + row * HF + j, SOFTMAX && state.l == 0 ? (acc_t)0 : (SOFTMAX ? acc / state.l : acc));
+    }
+}
+
+// The four row kernels of one weight functor: batched with 1-, 2- and 4-element vectors,
+// and wide. WARGS (the kernel's trailing parameters) and MAKE_W (the functor built from
+// them) are passed as the names of macros, so that their commas survive.
+#define AGGREGATE_ROWS_ARGS                                                                                      \
+    const i64 *items, i64 num_items, i64 num_whole, int H, int F, const idx_t *indices, const scalar_t *X,      \
+        scalar_t *out, lse_t *lse_out, acc_t *partial_acc, SoftmaxState *partial_state
+#define AGGREGATE_ROWS_PASS(w) \
+    items, num_items, num_whole, H, F, indices, w, X, out, lse_out, partial_acc, partial_state
+
+#define AGGREGATE_ROWS_ENTRY_POINTS(PREFIX, WARGS, MAKE_W)                                                     \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                          \
+        PREFIX##_v1(AGGREGATE_ROWS_ARGS, WARGS) {                                                            \
+        aggregate_rows_batched<decltype(MAKE_W), 1>(AGGREGATE_ROWS_PASS(MAKE_W));                           \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                          \
+        PREFIX##_v2(AGGREGATE_ROWS_ARGS, WARGS) {                                                            \
+        aggregate_rows_batched<decltype(MAKE_W), 2>(AGGREGATE_ROWS_PASS(MAKE_W));                           \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                          \
+        PREFIX##_v4(AGGREGATE_ROWS_ARGS, WARGS) {                                                            \
+        aggregate_rows_batched<decltype(MAKE_W), 4>(AGGREGATE_ROWS_PASS(MAKE_W));                           \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                          \
+        PREFIX##_wide(AGGREGATE_ROWS_ARGS, WARGS) {                                                          \
+        aggregate_rows_wide<decltype(MAKE_W)>(AGGREGATE_ROWS_PASS(MAKE_W));                                 \
+    }
