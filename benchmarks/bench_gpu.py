@@ -45,25 +45,22 @@ def print_record(entry):
           flush=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(case_list=cases, stem="gpu", description=__doc__):
+    """Run ``case_list()`` on the fixed graphs (and any .mtx given); the JSON, named
+    ``<stem>_<gpu name>.json``, is rewritten after every record so a cut-short run keeps its results."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
     parser.add_argument("mtx", nargs="*", help="Matrix Market files to add as graphs")
     parser.add_argument("--quick", action="store_true", help="smaller large graphs (2M edges), for a smoke run")
     parser.add_argument("--only", nargs="*", help="graph names to run")
     args = parser.parse_args()
 
     import cupy
-    from cupy_csrattn import _kernels
     from cupy_csrattn import benchmark as bm
 
     device = bm.GpuDevice()
     gpu_name = device.name
-    started = time.time()
-    _kernels.warmup()
-    warmup_s = time.time() - started
     bandwidth = device.copy_bandwidth()
-    print(f"{gpu_name}: copy bandwidth {bandwidth / 1e12:.3f} TB/s (read + write); warmup {warmup_s:.1f} s",
-          flush=True)
+    print(f"{gpu_name}: copy bandwidth {bandwidth / 1e12:.3f} TB/s (read + write)", flush=True)
     scale = 17 if args.quick else 20
     graphs = {
         "small-384-mod5": lambda: bm.small_graph(2, 5),
@@ -81,16 +78,24 @@ def main():
         print(f"-- {name}: {graph.num_dst} rows, {graph.num_edges} edges, max degree {degrees.max()}", flush=True)
 
     pyg = bm.load_pyg()
-    records, skipped = bm.run_cases(selected, cases(), device, bandwidth, pyg, on_graph=on_graph,
-                                    on_record=print_record)
+    result = dict(gpu=gpu_name, copy_bandwidth_bytes_per_s=bandwidth, cupy=cupy.__version__,
+                  python=platform.python_version(), quick=args.quick, date=time.strftime("%Y-%m-%d"),
+                  pyg=pyg[0] is not None, records=[], skipped=[])
+    path = RESULTS / (f"{stem}_" + gpu_name.replace(" ", "_") + ("_quick" if args.quick else "") + ".json")
+
+    def on_record(entry):
+        print_record(entry)
+        result["records"].append(entry)
+        bm.write_json(path, result)
+
+    # Kernels compile on first use, inside the untimed warm-up calls.
+    records, skipped = bm.run_cases(selected, case_list(), device, bandwidth, pyg, on_graph=on_graph,
+                                    on_record=on_record)
     for entry in skipped:
         print(f"{entry['graph']:>14} {entry['op']:<30} {entry['dtype']:>7} H={entry['H']:<2} F={entry['F']:<3} "
               f"{entry['method']:<12} skipped: {entry['reason']}", flush=True)
-    result = dict(gpu=gpu_name, copy_bandwidth_bytes_per_s=bandwidth, cupy=cupy.__version__,
-                  python=platform.python_version(), quick=args.quick, date=time.strftime("%Y-%m-%d"),
-                  pyg=pyg[0] is not None, records=records)
-    stem = "gpu_" + gpu_name.replace(" ", "_") + ("_quick" if args.quick else "")
-    path = bm.write_json(RESULTS / f"{stem}.json", result)
+    result["skipped"] = skipped
+    bm.write_json(path, result)
     print(f"wrote {path}")
 
 

@@ -19,6 +19,7 @@ import pathlib
 import platform
 import re
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -31,9 +32,12 @@ L2_BYTES = 60 << 20
 
 #: The ops ``csrattn bench`` can time, in the order they are run.
 OPS = ("edge_softmax", "edge_softmax_backward", "spmm", "spmm_backward", "attention_aggregate",
-       "attention_aggregate_backward", "sddmm", "graph_attention", "gat_attention")
+       "attention_aggregate_backward", "sddmm", "graph_attention", "gat_attention", "graph_attention_backward",
+       "gat_attention_backward")
 #: Ops without a feature axis: their cases ignore ``F`` (recorded as 0).
 EDGE_ONLY_OPS = frozenset({"edge_softmax", "edge_softmax_backward"})
+#: PyG-style baselines are skipped when their per-edge message tensor alone would pass this.
+PYG_MESSAGE_LIMIT = 8 << 30
 
 
 def _cupy():
@@ -261,9 +265,52 @@ class GpuDevice:
 
     def free(self):
         self.xp.get_default_memory_pool().free_all_blocks()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+    def peak_extra_bytes(self, fn):
+        """Peak device memory that ``fn()`` allocates beyond what is allocated before it: CuPy's
+        pool (through a memory hook) plus PyTorch's caching allocator when torch is in use."""
+        cupy = self.xp
+        torch = sys.modules.get("torch")
+        torch_base = None
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            torch_base = torch.cuda.memory_allocated()
+        hook = _peak_memory_hook()
+        with hook:
+            fn()
+            cupy.cuda.Device().synchronize()
+        extra = hook.peak
+        if torch_base is not None:
+            extra += torch.cuda.max_memory_allocated() - torch_base
+        return extra
 
     def versions(self):
         return {"gpu": self.name, "cupy": self.xp.__version__}
+
+
+def _peak_memory_hook():
+    """A CuPy memory hook that tracks the bytes held by allocations made while it is active."""
+    cupy = _cupy()
+
+    class PeakHook(cupy.cuda.MemoryHook):
+        name = "csrattn_peak"
+
+        def __init__(self):
+            self.current = 0
+            self.peak = 0
+
+        def malloc_postprocess(self, **kwargs):
+            self.current += kwargs["mem_size"]
+            self.peak = max(self.peak, self.current)
+
+        def free_postprocess(self, **kwargs):
+            self.current -= kwargs["mem_size"]
+
+    return PeakHook()
 
 
 class CpuDevice:
@@ -295,6 +342,10 @@ class CpuDevice:
 
     def free(self):
         pass
+
+    @staticmethod
+    def peak_extra_bytes(fn):
+        return None  # not measured on the host
 
     def versions(self):
         import scipy
@@ -458,7 +509,7 @@ def op_bytes(op, graph, dtype, H, F):
     indptr = graph.indptr.nbytes
     gather = E * (idx + H * isz + H * F * isz) + N * H * F * isz
     backward = E * (2 * idx + 8 + 2 * H * isz + 2 * H * F * isz) + 2 * N * H * F * isz + E * H * isz
-    return {
+    table = {
         "edge_softmax": 2 * E * H * isz + indptr,
         "edge_softmax_backward": 3 * E * H * isz + indptr,
         "attention_aggregate": gather,
@@ -471,7 +522,15 @@ def op_bytes(op, graph, dtype, H, F):
         "graph_attention": E * (idx + 2 * H * F * isz) + 2 * N * H * F * isz,
         # indices, a_dst once, a_src and values gathered per edge, out written
         "gat_attention": E * (idx + H * isz + H * F * isz) + N * H * isz + N * H * F * isz,
-    }[op]
+    }
+    # forward + backward: the forward, then three passes (over rows, and twice over sources
+    # on the transpose) that each read the indices and gather two node rows per edge
+    # (q and k, or a_src and values, or q and grad_out ...), reading and writing node rows.
+    table["graph_attention_backward"] = (table["graph_attention"] + 3 * E * (idx + 2 * H * F * isz)
+                                         + 6 * N * H * F * isz)
+    table["gat_attention_backward"] = (table["gat_attention"] + 3 * E * (idx + H * isz + H * F * isz)
+                                       + 4 * N * H * F * isz)
+    return table[op]
 
 
 class GraphBench:
@@ -545,23 +604,33 @@ class GraphBench:
             return {}
         return {"us_per_call_host": self.device.time_host_call(lambda: fn_of_set(data_sets[0]))}
 
-    def library(self, case, fn_of_set, data_sets, nbytes, host_call=False):
+    def memory(self, fn_of_set, data_sets):
+        """{"peak_extra_bytes": ...} of one call, where the device measures it."""
+        peak = self.device.peak_extra_bytes(lambda: fn_of_set(data_sets[0]))
+        return {} if peak is None else {"peak_extra_bytes": int(peak)}
+
+    def library(self, case, fn_of_set, data_sets, nbytes, host_call=False, memory=False):
         """Time the library's op; False (and a skip entry) when it has no kernel on this device."""
         try:
             ms = self.timed(fn_of_set, data_sets)
         except NotImplementedError:
             self.skip(case, "csrattn", "no GPU kernel yet")
             return False
-        self.record(case, "csrattn", ms, nbytes, self.extras(fn_of_set, data_sets) if host_call else None)
+        extra = self.extras(fn_of_set, data_sets) if host_call else {}
+        if memory:
+            extra.update(self.memory(fn_of_set, data_sets))
+        self.record(case, "csrattn", ms, nbytes, extra)
         return True
 
-    def baseline(self, case, method, fn_of_set, data_sets, nbytes):
+    def baseline(self, case, method, fn_of_set, data_sets, nbytes, memory=False):
         try:
             ms = self.timed(fn_of_set, data_sets)
+            extra = self.memory(fn_of_set, data_sets) if memory else None
         except Exception as error:  # a baseline that cannot run this case is reported, not fatal
             self.skip(case, method, f"{type(error).__name__}: {_first_line(error)}")
+            self.device.free()
             return
-        self.record(case, method, ms, nbytes)
+        self.record(case, method, ms, nbytes, extra)
 
     # -- the cases ----------------------------------------------------------------------
     def run(self, case):
@@ -689,36 +758,132 @@ class GraphBench:
             return cupy_aggregate(self.graph, self.rows, scores, values)
         return numpy_scipy_aggregate(self.graph, self.rows, scores, values)
 
-    def _graph_attention(self, case, dtype, H, F):
-        graph, rows, xp = self.graph, self.rows, self.xp
-        N, num_src = graph.num_dst, graph.num_src
-        data = [(self.rand((N, H, F), dtype), self.rand((num_src, H, F), dtype), self.rand((num_src, H, F), dtype))
-                for _ in range(self.sets)]
+    # -- fused attention: the library's op, this library's unfused chain, a plain
+    # composition and PyG-style message passing (gather, softmax, scatter-add), each with the
+    # peak device memory it allocates beyond its inputs (and the output where it is passed in).
+
+    def _fused_sets(self, op, dtype, H, F):
+        N, num_src = self.graph.num_dst, self.graph.num_src
+        if op == "graph_attention":  # q, k, v with D = F
+            shapes = ((N, H, F), (num_src, H, F), (num_src, H, F))
+        else:  # a_dst, a_src, values
+            shapes = ((N, H), (num_src, H), (num_src, H, F))
+        return [tuple(self.rand(shape, dtype) for shape in shapes) for _ in range(self.sets)]
+
+    def _chain_scores(self, op, inputs):
+        """(E, H) scores through this library's unfused primitives; for gat also the logits."""
+        graph, xp = self.graph, self.xp
+        if op == "graph_attention":
+            q, k = inputs[0], inputs[1]
+            return ca.sddmm(graph, q, k, op="dot", scale=1.0 / math.sqrt(max(q.shape[-1], 1))), None
+        z = ca.sddmm(graph, inputs[0], inputs[1], op="add")
+        return xp.where(z > 0, z, z * z.dtype.type(0.2)), z
+
+    def _pyg_fused(self, case, op, data, grad_out=None):
+        """The PyG-style forward (grad_out None) or forward + autograd backward, as a baseline
+        function of a set of torch tensors; None (and a skip entry) when it cannot run here."""
+        graph, torch, pyg_utils = self.graph, self.torch, self.pyg_utils
+        N, E = graph.num_dst, graph.num_edges
+        message_bytes = E * case.H * case.F * np.dtype(case.dtype).itemsize
+        if message_bytes > PYG_MESSAGE_LIMIT:
+            self.skip(case, "pyg", f"its (E, H, F) message tensor would take {message_bytes / 2**30:.0f} GiB")
+            return None, None
+        t_rows = torch.as_tensor(self.rows.astype(np.int64), device="cuda")
+        t_cols = torch.as_tensor(graph.indices.astype(np.int64), device="cuda")
+
+        def forward(x):
+            if op == "graph_attention":  # TransformerConv's message passing
+                alpha = (x[0][t_rows] * x[1][t_cols]).sum(-1) / math.sqrt(max(x[0].shape[-1], 1))
+            else:  # GATConv's
+                alpha = torch.nn.functional.leaky_relu(x[0][t_rows] + x[1][t_cols], 0.2)
+            alpha = pyg_utils.softmax(alpha, t_rows, num_nodes=N, dim=0)
+            messages = x[2][t_cols] * alpha.unsqueeze(-1)
+            return torch.zeros((N, *messages.shape[1:]), device="cuda", dtype=messages.dtype).index_add_(
+                0, t_rows, messages)
+
+        if grad_out is None:
+            return forward, [tuple(torch.as_tensor(a, device="cuda") for a in inputs) for inputs in data]
+        t_grad = torch.as_tensor(grad_out, device="cuda")
+
+        def forward_backward(x):
+            return torch.autograd.grad(forward(x), x, t_grad)
+        tdata = [tuple(torch.as_tensor(a, device="cuda").clone().requires_grad_() for a in inputs)
+                 for inputs in data]
+        return forward_backward, tdata
+
+    def _fused_forward(self, case, op, dtype, H, F):
+        graph, xp, N = self.graph, self.xp, self.graph.num_dst
+        data = self._fused_sets(op, dtype, H, F)
         out = xp.empty((N, H, F), dtype)
-        scale = 1.0 / math.sqrt(max(F, 1))
-        nbytes = op_bytes("graph_attention", graph, dtype, H, F)
-        fn = lambda qkv: ca.graph_attention(graph, qkv[0], qkv[1], qkv[2], out=out)
-        if not self.library(case, fn, data, nbytes) or not case.baselines:
+        nbytes = op_bytes(op, graph, dtype, H, F)
+        fused = getattr(ca, op)
+        if not self.library(case, lambda x: fused(graph, *x, out=out), data, nbytes, host_call=True,
+                            memory=True) or not case.baselines:
             return
-        method = "cupy+cusparse" if self.device.kind == "gpu" else "numpy+scipy"
-        self.baseline(case, method, lambda qkv: self._aggregate_baseline(
-            composed_edge_dot(graph, rows, qkv[0], qkv[1], scale), qkv[2]), data, nbytes)
+        self.baseline(case, "csrattn-unfused",
+                      lambda x: ca.spmm(graph, ca.edge_softmax(graph, self._chain_scores(op, x)[0]), x[2], out=out),
+                      data, nbytes, memory=True)
+        self.baseline(case, "cupy+cusparse" if self.device.kind == "gpu" else "numpy+scipy",
+                      lambda x: self._aggregate_baseline(self._composed_scores(op, x), x[2]), data, nbytes,
+                      memory=True)
+        if self.torch is not None:
+            fn, tdata = self._pyg_fused(case, op, data)
+            if fn is not None:
+                self.baseline(case, "pyg", fn, tdata, nbytes, memory=True)
+
+    def _composed_scores(self, op, x):
+        """Scores by plain array ops (gather both ends), as a user would write them."""
+        graph, rows, xp = self.graph, self.rows, self.xp
+        if op == "graph_attention":
+            return composed_edge_dot(graph, rows, x[0], x[1], 1.0 / math.sqrt(max(x[0].shape[-1], 1)))
+        z = x[0][rows] + x[1][graph.indices]
+        return xp.where(z > 0, z, z * z.dtype.type(0.2))
+
+    def _fused_backward(self, case, op, dtype, H, F):
+        """Forward + backward, timed together (the backward needs the forward's out and lse)."""
+        forward_op = op[:-len("_backward")]
+        graph, xp, N = self.graph, self.xp, self.graph.num_dst
+        data = self._fused_sets(forward_op, dtype, H, F)
+        grad_out = self.rand((N, H, F), dtype)
+        nbytes = op_bytes(op, graph, dtype, H, F)
+        forward, backward = getattr(ca, forward_op), getattr(ca, op)
+
+        def fused(x):
+            out, lse = forward(graph, *x, return_lse=True)
+            return backward(graph, *x, out, grad_out, lse)
+        if not self.library(case, fused, data, nbytes, memory=True) or not case.baselines:
+            return
+
+        def unfused(x):
+            scores, logits = self._chain_scores(forward_op, x)
+            probs = ca.edge_softmax(graph, scores)
+            out = ca.spmm(graph, probs, x[2])
+            grad_probs, grad_values = ca.spmm_backward(graph, probs, x[2], grad_out)
+            grad_scores = ca.edge_softmax_backward(graph, probs, grad_probs)
+            if forward_op == "graph_attention":
+                grads = ca.sddmm_backward(graph, x[0], x[1], grad_scores, op="dot",
+                                          scale=1.0 / math.sqrt(max(x[0].shape[-1], 1)))
+            else:
+                grad_scores *= xp.where(logits > 0, 1, 0.2).astype(grad_scores.dtype)
+                grads = ca.sddmm_backward(graph, x[0], x[1], grad_scores, op="add")
+            return out, grads, grad_values
+        self.baseline(case, "csrattn-unfused", unfused, data, nbytes, memory=True)
+        if self.torch is not None:
+            fn, tdata = self._pyg_fused(case, forward_op, data, grad_out)
+            if fn is not None:
+                self.baseline(case, "pyg", fn, tdata, nbytes, memory=True)
+
+    def _graph_attention(self, case, dtype, H, F):
+        self._fused_forward(case, "graph_attention", dtype, H, F)
 
     def _gat_attention(self, case, dtype, H, F):
-        graph, rows, xp = self.graph, self.rows, self.xp
-        N, num_src = graph.num_dst, graph.num_src
-        data = [(self.rand((N, H), dtype), self.rand((num_src, H), dtype), self.rand((num_src, H, F), dtype))
-                for _ in range(self.sets)]
-        out = xp.empty((N, H, F), dtype)
-        nbytes = op_bytes("gat_attention", graph, dtype, H, F)
-        fn = lambda adv: ca.gat_attention(graph, adv[0], adv[1], adv[2], out=out)
-        if not self.library(case, fn, data, nbytes) or not case.baselines:
-            return
+        self._fused_forward(case, "gat_attention", dtype, H, F)
 
-        def composed(adv):
-            z = adv[0][rows] + adv[1][graph.indices]
-            return self._aggregate_baseline(xp.where(z > 0, z, z * z.dtype.type(0.2)), adv[2])
-        self.baseline(case, "cupy+cusparse" if self.device.kind == "gpu" else "numpy+scipy", composed, data, nbytes)
+    def _graph_attention_backward(self, case, dtype, H, F):
+        self._fused_backward(case, "graph_attention_backward", dtype, H, F)
+
+    def _gat_attention_backward(self, case, dtype, H, F):
+        self._fused_backward(case, "gat_attention_backward", dtype, H, F)
 
 
 def run_cases(graphs, cases, device, bandwidth, pyg=(None, None), on_graph=None, on_case=None, on_record=None):
