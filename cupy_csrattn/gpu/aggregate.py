@@ -5,14 +5,15 @@ from cupy_csrattn.gpu import plan as plans
 from cupy_csrattn.gpu._launch import NULL, acc_dtype, i32, i64, launch, scratch, vector_width, warp_grid
 
 
-def run_rows(family, prefix, graph, values, out, weight_args, softmax=False, lse_out=None):
+def run_rows(family, prefix, graph, values, out, weight_args, softmax=False, lse_out=None, fused=False):
     """out[row] = sum over the row's edges of w * values[col], w from the kernels `prefix`_*
     of `family` with trailing arguments weight_args; softmax: the weights are a softmax
-    over the row (lse_out, if given, receives its log-sum-exp).
+    over the row (lse_out, if given, receives its log-sum-exp); fused: use the plan of the
+    fused attention kernels.
 
     values and out are (N, H, F); lse_out (N, H).
     """
-    plan = plans.plan_for(graph)
+    plan = plans.plan_for(graph, fused)
     heads, features = values.shape[1], values.shape[2]
     dtype, index_dtype = values.dtype, graph.index_dtype
     state_dtype = acc_dtype(dtype)

@@ -44,7 +44,7 @@ def _score_args(a, b, c, lse=None, grad_out=None, v=None, row_dot=None):
 
 def _fused_forward(score, graph, a, b, c, values, out, lse):
     run_rows("attention", f"attention_{score}_forward", graph, values, out, _score_args(a, b, c),
-             softmax=True, lse_out=lse)
+             softmax=True, lse_out=lse, fused=True)
 
 
 def _row_dot(graph, grad_out, out):
@@ -69,10 +69,11 @@ def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b
     (k and q for "dot"; ones for "gat"), grad_v over sources with values grad_out."""
     row_dot = _row_dot(graph, grad_out, out)
     grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
-    run_rows("attention", f"attention_{score}_grad", graph, b_values, grad_a, grad_args)
+    run_rows("attention", f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
     graph_t, _ = plans.transposed(graph)
-    run_rows("attention", f"attention_{score}_grad_t", graph_t, a_values, grad_b, grad_args)
-    run_rows("attention", f"attention_{score}_probs_t", graph_t, grad_out, grad_v, _score_args(a, b, c, lse=lse))
+    run_rows("attention", f"attention_{score}_grad_t", graph_t, a_values, grad_b, grad_args, fused=True)
+    run_rows("attention", f"attention_{score}_probs_t", graph_t, grad_out, grad_v, _score_args(a, b, c, lse=lse),
+             fused=True)
 
 
 def graph_attention_backward(graph, q, k, v, out, grad_out, lse, scale, grad_q, grad_k, grad_v):

@@ -3,14 +3,17 @@
 Rows of up to WHOLE_ROW_EDGES edges are one work item each (empty rows too: their outputs
 must be written). Longer rows are split into at most MAX_CHUNKS items of at least
 WHOLE_ROW_EDGES edges; their partial states are merged per row in item order, so results
-do not depend on scheduling. The plan is built once per graph and device (one host sync
-to size it) and cached on the graph.
+do not depend on scheduling. The fused attention kernels, whose every edge is a chain of
+dependent loads (index, then the score's node rows, then the values), split rows sooner:
+at FUSED_WHOLE_ROW_EDGES, so that a hub row is spread over many warps. Each plan is built
+once per graph (one host sync to size it) and cached on the graph.
 """
 import numpy as np
 
 from cupy_csrattn import _dispatch
 
 WHOLE_ROW_EDGES = 1024
+FUSED_WHOLE_ROW_EDGES = 128
 MAX_CHUNKS = 1024
 
 
@@ -28,17 +31,17 @@ class Plan:
         self.num_split = len(split_rows)
 
 
-def _build(graph):
+def _build(graph, whole_row_edges):
     cupy = _dispatch.cupy
     indptr = graph.indptr.astype(np.int64, copy=False)
     degrees = cupy.diff(indptr)
-    is_split = degrees > WHOLE_ROW_EDGES
+    is_split = degrees > whole_row_edges
     whole = cupy.flatnonzero(~is_split)
     whole_items = cupy.stack([whole, indptr[whole], indptr[whole + 1], cupy.full_like(whole, -1)], axis=1)
 
     split = cupy.flatnonzero(is_split)
     split_degrees = degrees[split]
-    chunk = cupy.maximum(WHOLE_ROW_EDGES, -(-split_degrees // MAX_CHUNKS))
+    chunk = cupy.maximum(whole_row_edges, -(-split_degrees // MAX_CHUNKS))
     counts = -(-split_degrees // chunk)
     first = cupy.cumsum(counts) - counts
     num_split_items = int(counts.sum()) if len(split) else 0  # host sync (once per graph)
@@ -53,9 +56,10 @@ def _build(graph):
     return Plan(items, len(whole), split_rows, indptr)
 
 
-def plan_for(graph):
-    """The cached plan of a GPU graph (built on first use)."""
-    return graph.cached("gpu_plan", lambda: _build(graph))
+def plan_for(graph, fused=False):
+    """The cached plan of a GPU graph (built on first use); fused: the fused attention kernels' plan."""
+    whole_row_edges = min(WHOLE_ROW_EDGES, FUSED_WHOLE_ROW_EDGES) if fused else WHOLE_ROW_EDGES
+    return graph.cached(("gpu_plan", whole_row_edges), lambda: _build(graph, whole_row_edges))
 
 
 def transposed(graph):
