@@ -1,6 +1,7 @@
 """GPU kernels against the CPU backend, with every kernel path forced on small graphs.
 
-The plan splits rows longer than plan.WHOLE_ROW_EDGES into items; here that threshold is
+The plan splits rows longer than plan.WHOLE_ROW_EDGES (the fused attention kernels' plan:
+plan.FUSED_WHOLE_ROW_EDGES, on small graphs) into items; here those thresholds are
 lowered so that split rows, their merges and the split write kernels run on graphs small
 enough to check against the CPU backend (itself checked against the loop reference).
 """
@@ -23,6 +24,7 @@ def plan_limits(request, monkeypatch):
     from cupy_csrattn.gpu import plan
     whole, chunks = request.param
     monkeypatch.setattr(plan, "WHOLE_ROW_EDGES", whole)
+    monkeypatch.setattr(plan, "FUSED_WHOLE_ROW_EDGES", min(whole, plan.FUSED_WHOLE_ROW_EDGES))
     monkeypatch.setattr(plan, "MAX_CHUNKS", chunks)
     return request.param
 

@@ -3,11 +3,18 @@
 Rows of up to WHOLE_ROW_EDGES edges are one work item each (empty rows too: their outputs
 must be written). Longer rows are split into at most MAX_CHUNKS items of at least
 WHOLE_ROW_EDGES edges; their partial states are merged per row in item order, so results
-do not depend on scheduling. The fused attention kernels, whose every edge is a chain of
-dependent loads (index, then the score's node rows, then the values), split rows sooner:
-at FUSED_WHOLE_ROW_EDGES, so that a hub row is spread over many warps. Each plan is built
-once per graph (one host sync to size it) and cached on the graph.
+do not depend on scheduling.
+
+The fused attention kernels, whose every edge is a chain of dependent loads (index, then
+the score's node rows, then the values), split rows sooner: past E / (warps the device
+holds at once), but at least FUSED_WHOLE_ROW_EDGES, so that a hub row is spread over many
+warps while rows no longer than one warp's fair share stay whole. That also bounds their
+partial states by about twice the resident warps, whatever the graph's size.
+
+Each plan is built once per graph (one host sync to size it) and cached on the graph.
 """
+import functools
+
 import numpy as np
 
 from cupy_csrattn import _dispatch
@@ -58,8 +65,18 @@ def _build(graph, whole_row_edges):
 
 def plan_for(graph, fused=False):
     """The cached plan of a GPU graph (built on first use); fused: the fused attention kernels' plan."""
-    whole_row_edges = min(WHOLE_ROW_EDGES, FUSED_WHOLE_ROW_EDGES) if fused else WHOLE_ROW_EDGES
+    whole_row_edges = WHOLE_ROW_EDGES
+    if fused:
+        fair_share = -(-graph.num_edges // _resident_warps(_dispatch.cupy.cuda.runtime.getDevice()))
+        whole_row_edges = max(FUSED_WHOLE_ROW_EDGES, fair_share)
     return graph.cached(("gpu_plan", whole_row_edges), lambda: _build(graph, whole_row_edges))
+
+
+@functools.lru_cache(maxsize=None)
+def _resident_warps(device_id):
+    """Warps the device runs at once: multiprocessors times warps per multiprocessor."""
+    properties = _dispatch.cupy.cuda.runtime.getDeviceProperties(device_id)
+    return properties["multiProcessorCount"] * (properties["maxThreadsPerMultiProcessor"] // 32)
 
 
 def transposed(graph):
