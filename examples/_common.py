@@ -31,12 +31,10 @@ from cupy_csrattn import datasets
 # ---------------------------------------------------------------------------------------
 # Backend
 
-def select_backend(device, probe):
+def select_backend(device):
     """The array module to train with: numpy or cupy.
 
-    device: "cpu", "gpu" or "auto" (the GPU when CuPy finds one). ``probe(xp)`` runs the
-    ops the model needs on a tiny GPU graph; ops that have no GPU kernel yet raise
-    NotImplementedError, and then the CPU backend is used, once, for the whole run.
+    device: "cpu", "gpu" or "auto" (the GPU when CuPy finds one).
     """
     if device == "cpu":
         print("backend: NumPy on the CPU (--device cpu)")
@@ -54,23 +52,10 @@ def select_backend(device, probe):
             sys.exit("--device gpu: CuPy finds no GPU")
         print("backend: NumPy on the CPU (CuPy finds no GPU)")
         return np
-    try:
-        probe(cupy)
-        cupy.cuda.Device().synchronize()
-    except NotImplementedError as error:
-        print(f"GPU present, but: {error}")
-        print("backend: NumPy on the CPU backend instead")
-        return np
     name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
     name = name.decode() if isinstance(name, bytes) else name
     print(f"backend: CuPy on {name}")
     return cupy
-
-
-def tiny_probe_graph(xp):
-    """A 3-node graph with self-loops, on the device of ``xp`` (for backend probes)."""
-    graph = ca.CSRGraph(np.array([0, 2, 4, 5]), np.array([0, 1, 1, 2, 2]), num_src=3)
-    return graph.to_gpu() if xp is not np else graph
 
 
 def to_host(array):
@@ -399,13 +384,13 @@ def add_training_arguments(parser):
     parser.add_argument("--no-check", action="store_true", help="skip the finite-difference gradient check")
 
 
-def run_training(args, name, probe, check_gradients, build_model, baseline_hidden):
+def run_training(args, name, check_gradients, build_model, baseline_hidden):
     """The main program of a training example: pick the backend, check the gradients, load
     the data, train the model and a features-only MLP the same way, and compare them.
 
     build_model(graph, in_features, num_classes, xp) returns the model to train.
     """
-    xp = select_backend(args.device, probe)
+    xp = select_backend(args.device)
     if not args.no_check:
         check_gradients()
     if args.mtx:
