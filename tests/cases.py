@@ -1,6 +1,6 @@
 """One table of every op call form, so correctness and semantics tests cover all ops alike.
 
-An OpCase makes random NumPy inputs for a graph, calls the op through ``Api`` and
+An OpCase makes random NumPy inputs for a graph, calls the op and
 knows the loop reference's answer. ``check_case`` is the standard comparison.
 """
 from dataclasses import dataclass

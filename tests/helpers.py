@@ -1,8 +1,6 @@
 """Test helpers shared by every test file.
 
 - the CuPy backend probe (``cupy_or_reason``) used by the ``xp`` fixture,
-- ``call`` / ``Api``: THE one place where a missing GPU kernel (NotImplementedError on
-  the CuPy backend) turns into a skip "no GPU kernel for <op> yet",
 - tolerances by dtype (``RTOL``) and ``assert_close`` / ``check_result``,
 - array moves between backends, NaN-poisoned outputs, random data.
 """
@@ -50,42 +48,6 @@ def require_cupy():
 
 def is_numpy(xp):
     return xp is np
-
-
-def call(xp, function, /, *args, **kwargs):
-    """Call a cupy_csrattn function; on CuPy a NotImplementedError (no kernel yet) skips."""
-    try:
-        return function(*args, **kwargs)
-    except NotImplementedError:
-        if is_numpy(xp):
-            raise  # the CPU backend must implement everything
-        pytest.skip(f"no GPU kernel for {getattr(function, '__name__', function)} yet")
-
-
-class Api:
-    """cupy_csrattn namespace whose functions go through ``call`` for backend ``xp``.
-
-    Classes (CSRGraph) come back unwrapped; use ``api.call(obj.method, ...)`` for methods.
-    """
-
-    def __init__(self, xp):
-        self.xp = xp
-
-    def call(self, function, /, *args, **kwargs):
-        return call(self.xp, function, *args, **kwargs)
-
-    def __getattr__(self, name):
-        import cupy_csrattn
-
-        attr = getattr(cupy_csrattn, name)
-        if isinstance(attr, type) or not callable(attr):
-            return attr
-
-        @functools.wraps(attr)
-        def wrapped(*args, **kwargs):
-            return call(self.xp, attr, *args, **kwargs)
-
-        return wrapped
 
 
 def to_xp(xp, a):
