@@ -146,15 +146,18 @@ def spmm_backward(indptr, indices, weights, values, grad_out):
 
 # ------------------------------------------------------------------ sddmm
 
+def _sddmm_operands(dst_feat, src_feat, op):
+    """(dst, src, heads): (N, H, D) vectors for "dot", (N, H) scalars for "add"."""
+    node = _node_vec if op == "dot" else _node_scalar
+    a, heads = node(dst_feat)
+    b, _ = node(src_feat)
+    return a, b, heads
+
+
 def sddmm(indptr, indices, dst_feat, src_feat, op="dot", scale=1.0):
     """"dot": scale * <dst[d], src[s]>; "add": dst[d] + src[s]. -> (E,) or (E, H)."""
     src = _ints(indices)
-    if op == "dot":
-        a, heads = _node_vec(dst_feat)
-        b, _ = _node_vec(src_feat)
-    else:
-        a, heads = _node_scalar(dst_feat)
-        b, _ = _node_scalar(src_feat)
+    a, b, heads = _sddmm_operands(dst_feat, src_feat, op)
     out = np.zeros((len(src), a.shape[1]))
     for d, start, stop in _rows(indptr):
         for h in range(a.shape[1]):
@@ -169,12 +172,7 @@ def sddmm(indptr, indices, dst_feat, src_feat, op="dot", scale=1.0):
 def sddmm_backward(indptr, indices, dst_feat, src_feat, grad_scores, op="dot", scale=1.0):
     """-> (grad_dst_feat, grad_src_feat)."""
     src = _ints(indices)
-    if op == "dot":
-        a, heads = _node_vec(dst_feat)
-        b, _ = _node_vec(src_feat)
-    else:
-        a, heads = _node_scalar(dst_feat)
-        b, _ = _node_scalar(src_feat)
+    a, b, heads = _sddmm_operands(dst_feat, src_feat, op)
     g, _ = _edge(grad_scores)
     grad_a = np.zeros_like(a)
     grad_b = np.zeros_like(b)

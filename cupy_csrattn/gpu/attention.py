@@ -28,7 +28,7 @@ def attention_aggregate_backward(graph, scores, values, grad_out, lse, grad_scor
     # grad_scores first holds dp = <grad_out[row], values[col]>, then p * (dp - sum_row p * dp).
     sddmm.edge_dot(graph, grad_out, values, 1.0, grad_scores)
     softmax.run_rows("grad_scores", graph, scores, g=grad_scores, lse_in=lse, out=grad_scores)
-    graph_t, perm = plans.transposed(graph)
+    graph_t, perm = graph.transpose()
     aggregate("probs_perm", graph_t, grad_out, grad_values, weights=scores, perm=perm, lse_in=lse)
 
 
@@ -51,8 +51,8 @@ def _row_dot(graph, grad_out, out):
     """(N, H) <grad_out[n, h], out[n, h]> in the accumulation dtype."""
     row_dot = scratch(out.shape[:2], acc_dtype(out.dtype))
     pairs = row_dot.size
-    launch("attention", "attention_row_dot", out.dtype, graph.index_dtype, ((pairs + BLOCK_THREADS - 1) // BLOCK_THREADS,),
-           (i64(pairs), i32(out.shape[2]), grad_out, out, row_dot))
+    launch("attention", "attention_row_dot", out.dtype, graph.index_dtype,
+           ((pairs + BLOCK_THREADS - 1) // BLOCK_THREADS,), (i64(pairs), i32(out.shape[2]), grad_out, out, row_dot))
     return row_dot
 
 
@@ -70,7 +70,7 @@ def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b
     row_dot = _row_dot(graph, grad_out, out)
     grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
     run_rows("attention", f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
-    graph_t, _ = plans.transposed(graph)
+    graph_t, _ = graph.transpose()
     run_rows("attention", f"attention_{score}_grad_t", graph_t, a_values, grad_b, grad_args, fused=True)
     run_rows("attention", f"attention_{score}_probs_t", graph_t, grad_out, grad_v, _score_args(a, b, c, lse=lse),
              fused=True)

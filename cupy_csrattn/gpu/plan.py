@@ -79,11 +79,6 @@ def _resident_warps(device_id):
     return properties["multiProcessorCount"] * (properties["maxThreadsPerMultiProcessor"] // 32)
 
 
-def transposed(graph):
-    """(graph_T, perm as a device int64 array), cached on the graph."""
-    return graph.transpose()
-
-
 def row_of_edge(graph):
     """(E,) row of each edge in the graph's index dtype (cached)."""
     return graph.cached("gpu_row_of_edge",

@@ -30,7 +30,7 @@ def sddmm_add(graph, dst, src, out):
 def sddmm_dot_backward(graph, dst, src, grad_scores, scale, grad_dst, grad_src):
     # grad_dst = scale * sum over the row of grad_scores * src; grad_src likewise on the transpose.
     aggregate("weights", graph, src, grad_dst, weights=grad_scores)
-    graph_t, perm = plans.transposed(graph)
+    graph_t, perm = graph.transpose()
     aggregate("weights_perm", graph_t, dst, grad_src, weights=grad_scores, perm=perm)
     if scale != 1.0:
         grad_dst *= scale
@@ -42,6 +42,6 @@ def sddmm_add_backward(graph, grad_scores, grad_dst, grad_src):
     heads = grad_scores.shape[1]
     ones = plans.unit_values(graph, heads, grad_scores.dtype)
     aggregate("weights", graph, ones[:graph.num_src], grad_dst.reshape(graph.num_dst, heads, 1), weights=grad_scores)
-    graph_t, perm = plans.transposed(graph)
+    graph_t, perm = graph.transpose()
     aggregate("weights_perm", graph_t, ones[:graph.num_dst], grad_src.reshape(graph.num_src, heads, 1),
               weights=grad_scores, perm=perm)

@@ -1,5 +1,4 @@
 """Launchers for spmm and its backward."""
-from cupy_csrattn.gpu import plan as plans
 from cupy_csrattn.gpu import sddmm
 from cupy_csrattn.gpu.aggregate import aggregate
 
@@ -11,7 +10,7 @@ def spmm(graph, weights, values, out):
 def spmm_backward(graph, weights, values, grad_out, grad_weights, grad_values):
     if grad_weights is not None:
         sddmm.edge_dot(graph, grad_out, values, 1.0, grad_weights)
-    graph_t, perm = plans.transposed(graph)
+    graph_t, perm = graph.transpose()
     if weights is None:
         aggregate("ones", graph_t, grad_out, grad_values)
     else:

@@ -170,8 +170,6 @@ def graph_attention(graph, q, k, v, *, scale=None, out=None, return_lse=False):
     q_c, k_c, v_c = (place.node_input(x, dtype, heads) for x in (q, k, v))
     out_c, lse_c, result = _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse,
                                             q_c.shape[1])
-    if lse_c is None:
-        lse_c = place.xp.empty((g.num_dst, q_c.shape[1]), lse_dtype)
     kernel(place.graph, q_c, k_c, v_c, scale, out_c, lse_c)
     return result
 
@@ -253,8 +251,6 @@ def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, out=None, 
     values_c = place.node_input(values, dtype, heads)
     out_c, lse_c, result = _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse,
                                             values_c.shape[1])
-    if lse_c is None:
-        lse_c = place.xp.empty((g.num_dst, values_c.shape[1]), lse_dtype)
     kernel(place.graph, a_dst_c, a_src_c, values_c, negative_slope, out_c, lse_c)
     return result
 
