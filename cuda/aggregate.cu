@@ -6,6 +6,8 @@
 //   aggregate_softmax_*       w = softmax over the row of scores[e, h]       (attention_aggregate)
 //   aggregate_probs_perm_*    w = exp(scores[perm[e], h] - lse[col(e), h])   (its backward on the transpose)
 // and aggregate_merge_{sum,softmax}, which merge the partials of split rows for every family.
+// Each functor's extra kernel parameters (*_ARGS, each after a comma) follow the row
+// kernels' own (AGGREGATE_ROWS_ARGS).
 #include "aggregate.cuh"
 
 struct Ones {
@@ -48,28 +50,28 @@ struct ProbsPerm {
     }
 };
 
-#define NO_ARGS int unused
+#define NO_ARGS
 #define ONES_W (Ones{})
 AGGREGATE_ROWS_ENTRY_POINTS(aggregate_ones, NO_ARGS, ONES_W)
 
-#define GIVEN_ARGS const scalar_t *weights
+#define GIVEN_ARGS , const scalar_t *weights
 #define GIVEN_W (Given{weights, H})
 AGGREGATE_ROWS_ENTRY_POINTS(aggregate_weights, GIVEN_ARGS, GIVEN_W)
 
-#define GIVEN_PERM_ARGS const scalar_t *weights, const i64 *perm
+#define GIVEN_PERM_ARGS , const scalar_t *weights, const i64 *perm
 #define GIVEN_PERM_W (GivenPerm{weights, perm, H})
 AGGREGATE_ROWS_ENTRY_POINTS(aggregate_weights_perm, GIVEN_PERM_ARGS, GIVEN_PERM_W)
 
-#define SOFTMAX_ARGS const scalar_t *scores
+#define SOFTMAX_ARGS , const scalar_t *scores
 #define SOFTMAX_W (SoftmaxOfScores{scores, H})
 AGGREGATE_ROWS_ENTRY_POINTS(aggregate_softmax, SOFTMAX_ARGS, SOFTMAX_W)
 
-#define PROBS_PERM_ARGS const scalar_t *scores, const i64 *perm, const lse_t *lse
+#define PROBS_PERM_ARGS , const scalar_t *scores, const i64 *perm, const lse_t *lse
 #define PROBS_PERM_W (ProbsPerm{scores, perm, lse, H})
 AGGREGATE_ROWS_ENTRY_POINTS(aggregate_probs_perm, PROBS_PERM_ARGS, PROBS_PERM_W)
 
 #define AGGREGATE_MERGE_ENTRY_POINT(NAME, SOFTMAX)                                                             \
-    extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)                                          \
+    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
         aggregate_merge_##NAME(const i64* split_rows, i64 num_split, int H, int F, const acc_t* partial_acc,   \
                                const SoftmaxState* partial_state, scalar_t* out, lse_t* lse_out) {            \
         aggregate_merge<SOFTMAX>(split_rows, num_split, H, F, partial_acc, partial_state, out, lse_out);      \

@@ -12,7 +12,9 @@
 // of leaky_relu at a_dst + a_src). On the transposed graph a row is a source node and a
 // column a destination node. Every sum runs in a fixed order: no atomics, reproducible.
 //
-// All kernels take the same trailing parameters (ATTENTION_ARGS), unused ones null:
+// Threads, memory and bounds: the row kernels of aggregate.cuh (one warp per plan item; the
+// plan splits rows sooner here, see gpu/plan.py), with scores computed in the weight lanes.
+// All row kernels take the same trailing parameters (ATTENTION_ARGS), unused ones null:
 //   a, b      q and k (each (N, H, D)) or a_dst and a_src (each (N, H))
 //   c         scale, or the negative slope
 //   lse       (num_dst, H) forward log-sum-exp (backward only)
@@ -109,8 +111,8 @@ struct FusedScoreGrad {
     }
 };
 
-#define ATTENTION_ARGS                                                                                   \
-    const scalar_t *a, const scalar_t *b, int D, acc_t c, const lse_t *lse, const scalar_t *grad_out, \
+#define ATTENTION_ARGS                                                                                      \
+    , const scalar_t *a, const scalar_t *b, int D, acc_t c, const lse_t *lse, const scalar_t *grad_out, \
         const scalar_t *v, int Fv, const acc_t *row_dot
 
 #define DOT_SCORE (DotScore{a, b, H, D, c})
@@ -133,10 +135,11 @@ AGGREGATE_ROWS_ENTRY_POINTS(attention_gat_probs_t, ATTENTION_ARGS, GAT_PROBS_T)
 AGGREGATE_ROWS_ENTRY_POINTS(attention_gat_grad, ATTENTION_ARGS, GAT_GRAD)
 AGGREGATE_ROWS_ENTRY_POINTS(attention_gat_grad_t, ATTENTION_ARGS, GAT_GRAD_T)
 
-// row_dot[n, h] = <grad_out[n, h, :], out[n, h, :]>, one thread per (node, head).
-extern "C" __global__ void __launch_bounds__(BLOCK_WARPS * WARP)
+// row_dot[n, h] = <grad_out[n, h, :], out[n, h, :]>: one thread per (node, head), pairs in
+// order across the grid, no shared memory. Bound: memory (reads both (N, H, F) arrays once).
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
     attention_row_dot(i64 num_pairs, int F, const scalar_t* grad_out, const scalar_t* out, acc_t* row_dot) {
-    i64 pair = (i64)blockIdx.x * (BLOCK_WARPS * WARP) + threadIdx.x;
+    i64 pair = grid_thread();
     if (pair >= num_pairs) return;
     row_dot[pair] = vector_dot(grad_out + pair * F, out + pair * F, F);
 }

@@ -1,9 +1,17 @@
 // Shared definitions for every kernel file. Each specialization is compiled from a small
-// preamble of #defines followed by this header and one kernel file (see _kernels.py):
-//   CSR_DTYPE   0 = float32, 1 = float64, 2 = float16 (stored as its bits, computed in fp32)
-//   CSR_IDX     the type of the graph's column indices (int or long long)
+// preamble of #defines followed by this header and one kernel file (see gpu/kernels.py):
+//   CSR_DTYPE    0 = float32, 1 = float64, 2 = float16 (stored as its bits, computed in fp32)
+//   CSR_IDX      the type of the graph's column indices (int or long long)
+//   BLOCK_WARPS  warps per block of every kernel (the launchers' block size / WARP)
 // No system headers: NVRTC compiles these without the CUDA include directories.
 #pragma once
+
+#if !defined(CSR_DTYPE) || !defined(CSR_IDX) || !defined(BLOCK_WARPS)
+#error "the preamble must define CSR_DTYPE, CSR_IDX and BLOCK_WARPS (see gpu/kernels.py)"
+#endif
+#if BLOCK_WARPS < 1 || BLOCK_WARPS > 32
+#error "BLOCK_WARPS must be 1 to 32 (a block holds at most 1024 threads)"
+#endif
 
 typedef long long i64;
 typedef CSR_IDX idx_t;
@@ -31,6 +39,8 @@ __device__ __forceinline__ void store_scalar(scalar_t* p, acc_t v) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(v));
     *p = bits;
 }
+#else
+#error "CSR_DTYPE must be 0 (float32), 1 (float64) or 2 (float16)"
 #endif
 
 // Loads through the read-only data cache: every kernel input is read-only for the launch
@@ -42,6 +52,7 @@ typedef acc_t lse_t;
 
 #define WARP 32
 #define FULL_MASK 0xffffffffu
+#define BLOCK_THREADS (BLOCK_WARPS * WARP)  // threads per block of every kernel
 
 __device__ __forceinline__ acc_t neg_inf() {
 #if CSR_DTYPE == 1
@@ -87,11 +98,9 @@ __device__ __forceinline__ acc_t nan_max(acc_t a, acc_t b) {
 }
 
 __device__ __forceinline__ SoftmaxState merge_states(SoftmaxState a, SoftmaxState b) {
-    // fmax would drop a NaN: a NaN score must poison its row, so compare explicitly.
-    acc_t m = (a.m != a.m || b.m != b.m) ? a.m + b.m : (a.m > b.m ? a.m : b.m);
     SoftmaxState merged;
-    merged.m = m;
-    merged.l = a.l * rescale(a.m, m) + b.l * rescale(b.m, m);
+    merged.m = nan_max(a.m, b.m);
+    merged.l = a.l * rescale(a.m, merged.m) + b.l * rescale(b.m, merged.m);
     return merged;
 }
 
@@ -150,6 +159,14 @@ __device__ __forceinline__ void load_vec(const scalar_t* p, acc_t* v) {
     for (int i = 0; i < VEC; ++i) v[i] = to_acc(u.s[i]);
 }
 
+// ---- Work of one warp (the prologue of every warp-per-item kernel) ----
+
+__device__ __forceinline__ int lane_id() { return threadIdx.x % WARP; }
+
+// Warps and threads of the grid in order: warp w of block b is warp b * BLOCK_WARPS + w.
+__device__ __forceinline__ i64 grid_warp() { return (i64)blockIdx.x * BLOCK_WARPS + threadIdx.x / WARP; }
+__device__ __forceinline__ i64 grid_thread() { return (i64)blockIdx.x * BLOCK_THREADS + threadIdx.x; }
+
 // A work item of the per-graph plan: edges [begin, end) of one destination row, and
 // the index of its split row (-1 when the item covers its whole row).
 struct Item {
@@ -159,11 +176,119 @@ struct Item {
     i64 split;
 };
 
-__device__ __forceinline__ Item load_item(const i64* items, i64 index) {
-    Item item;
+// A row split over several items: its partial states are items [first, first + count) of
+// the split items (indices from num_whole on).
+struct SplitRow {
+    i64 row;
+    i64 first;
+    i64 count;
+};
+
+// Warp grid_warp() takes entry first + grid_warp() of a work list of `count` entries, and
+// has nothing to do past its end. The answer is the same for every lane of the warp, so a
+// warp returns whole and the full-warp shuffles of the others stay valid.
+__device__ __forceinline__ bool warp_entry(i64 first, i64 count, i64& index) {
+    index = first + grid_warp();
+    return index < count;
+}
+
+// This warp's plan item, items[index] (items holds (row, begin, end, split) rows), for
+// entries [first, num_items) of the plan; false when the warp has none.
+__device__ __forceinline__ bool warp_item(const i64* items, i64 first, i64 num_items, i64& index, Item& item) {
+    if (!warp_entry(first, num_items, index)) return false;
     item.row = items[4 * index];
     item.begin = items[4 * index + 1];
     item.end = items[4 * index + 2];
     item.split = items[4 * index + 3];
-    return item;
+    return true;
+}
+
+// This warp's split row, split_rows[index] (split_rows holds (row, first, count) rows);
+// false when the warp has none.
+__device__ __forceinline__ bool warp_split_row(const i64* split_rows, i64 num_split, i64& index, SplitRow& split) {
+    if (!warp_entry(0, num_split, index)) return false;
+    split.row = split_rows[3 * index];
+    split.first = split_rows[3 * index + 1];
+    split.count = split_rows[3 * index + 2];
+    return true;
+}
+
+// ---- Reductions across the lanes of a warp, by shuffles ----
+//
+// Layout: the warp holds G heads side by side, lane = k * G + h for head h < G and slot
+// k < R = WARP / G; the WARP % G lanes from G * R on belong to no head (their values are
+// never read). Every lane of the warp must call these (full-mask shuffles), with the same
+// G. Each reduction runs in a fixed order, so results are identical run to run; Max keeps
+// NaN (a NaN score poisons its row and head).
+
+struct Max {
+    __device__ __forceinline__ acc_t operator()(acc_t a, acc_t b) const { return nan_max(a, b); }
+};
+struct Sum {
+    __device__ __forceinline__ acc_t operator()(acc_t a, acc_t b) const { return a + b; }
+};
+struct MergeStates {
+    __device__ __forceinline__ SoftmaxState operator()(SoftmaxState a, SoftmaxState b) const {
+        return merge_states(a, b);
+    }
+};
+
+struct HeadLanes {
+    int G;  // heads side by side
+    int R;  // lanes per head, WARP / G
+    int h;  // this lane's head, lane % G
+    int k;  // this lane's slot in its head, lane / G (R or more: a lane of no head)
+};
+
+__device__ __forceinline__ HeadLanes head_lanes(int G) {
+    HeadLanes lanes;
+    int lane = lane_id();
+    lanes.G = G;
+    lanes.R = WARP / G;
+    lanes.h = lane % G;
+    lanes.k = lane / G;
+    return lanes;
+}
+
+__device__ __forceinline__ acc_t shfl_down(acc_t x, int delta) { return __shfl_down_sync(FULL_MASK, x, delta); }
+__device__ __forceinline__ SoftmaxState shfl_down(SoftmaxState s, int delta) {
+    s.m = __shfl_down_sync(FULL_MASK, s.m, delta);
+    s.l = __shfl_down_sync(FULL_MASK, s.l, delta);
+    return s;
+}
+__device__ __forceinline__ acc_t shfl_from(acc_t x, int lane) { return __shfl_sync(FULL_MASK, x, lane); }
+__device__ __forceinline__ SoftmaxState shfl_from(SoftmaxState s, int lane) {
+    s.m = __shfl_sync(FULL_MASK, s.m, lane);
+    s.l = __shfl_sync(FULL_MASK, s.l, lane);
+    return s;
+}
+__device__ __forceinline__ acc_t shfl_xor(acc_t x, int mask) { return __shfl_xor_sync(FULL_MASK, x, mask); }
+
+// op over the R lanes of each head, into its slot 0 (lane h); the other lanes end with
+// partial results. A tree: after the step of offset o, slot k holds op over slots
+// [k, min(k + 2o, R)), so any R works. x is T = acc_t or SoftmaxState, op one of the above.
+template <class T, class Op>
+__device__ __forceinline__ T head_reduce_to_leader(T x, Op op, HeadLanes lanes) {
+    for (int offset = 1; offset < lanes.R; offset <<= 1) {
+        T other = shfl_down(x, offset * lanes.G);
+        if (lanes.k + offset < lanes.R) x = op(x, other);
+    }
+    return x;
+}
+
+// The same, then broadcast: every lane (a lane of no head too) gets its head's result.
+template <class T, class Op>
+__device__ __forceinline__ T head_reduce_to_all(T x, Op op, HeadLanes lanes) {
+    return shfl_from(head_reduce_to_leader(x, op, lanes), lanes.h);
+}
+
+// op over the lanes of each head inside each aligned span of `span` lanes (G and span
+// powers of two, G <= span <= WARP), by an xor butterfly: every lane ends with the result
+// of its head in its span, without a broadcast. Partners compute op(a, b) and op(b, a):
+// equal for Sum; for Max up to the sign of a zero or which NaN, neither of which changes
+// a weight, so the lanes of a head agree.
+template <class Op>
+__device__ __forceinline__ acc_t span_allreduce(acc_t x, Op op, int G, int span) {
+    for (int offset = span / 2; offset >= G; offset /= 2) x = op(x, shfl_xor(x, offset));
+    return x;
 }

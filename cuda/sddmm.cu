@@ -4,15 +4,13 @@
 // loads where D and alignment allow, chosen by the launcher); the threads of a warp cover
 // consecutive (edge, head) pairs, whose feature rows are contiguous for one edge, so the
 // loads of a warp fall in the same few cache lines. row_of_edge gives each edge's row.
-// Bound: memory (the gathers of A and B rows).
-
-#define BLOCK 256
+// No shared memory. Bound: memory (the gathers of A and B rows).
 
 template <int VEC>
 __device__ __forceinline__ void sddmm_dot(i64 num_edges, int H, int D, const idx_t* row_of_edge,
                                           const idx_t* indices, const scalar_t* A, const scalar_t* B, acc_t scale,
                                           scalar_t* out) {
-    i64 pair = (i64)blockIdx.x * BLOCK + threadIdx.x;
+    i64 pair = grid_thread();
     if (pair >= num_edges * H) return;
     i64 e = pair / H;
     int head = (int)(pair - e * H);
@@ -31,7 +29,7 @@ __device__ __forceinline__ void sddmm_dot(i64 num_edges, int H, int D, const idx
 }
 
 #define SDDMM_DOT_ENTRY_POINT(VEC)                                                                         \
-    extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
+    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                          \
         sddmm_dot_v##VEC(i64 num_edges, int H, int D, const idx_t* row_of_edge, const idx_t* indices,   \
                          const scalar_t* A, const scalar_t* B, acc_t scale, scalar_t* out) {             \
         sddmm_dot<VEC>(num_edges, H, D, row_of_edge, indices, A, B, scale, out);                        \
@@ -42,13 +40,15 @@ SDDMM_DOT_ENTRY_POINT(2)
 SDDMM_DOT_ENTRY_POINT(4)
 
 // "add" scores: out[e, h] = A[row(e), h] + B[col(e), h] (GAT's a_dst + a_src). One thread
-// per (edge, head); consecutive threads write consecutive outputs.
-extern "C" __global__ void __launch_bounds__(BLOCK)
+// per (edge, head); consecutive threads write consecutive outputs. No shared memory.
+// Bound: memory (the gathers of A and B, the write of out).
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
     sddmm_add(i64 num_edges, int H, const idx_t* row_of_edge, const idx_t* indices, const scalar_t* A,
               const scalar_t* B, scalar_t* out) {
-    i64 pair = (i64)blockIdx.x * BLOCK + threadIdx.x;
+    i64 pair = grid_thread();
     if (pair >= num_edges * H) return;
     i64 e = pair / H;
     int head = (int)(pair - e * H);
-    store_scalar(out + pair, load_scalar(A + (i64)row_of_edge[e] * H + head) + load_scalar(B + (i64)indices[e] * H + head));
+    store_scalar(out + pair,
+                 load_scalar(A + (i64)row_of_edge[e] * H + head) + load_scalar(B + (i64)indices[e] * H + head));
 }
