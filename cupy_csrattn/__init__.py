@@ -1,5 +1,5 @@
 """Attention over sparse graphs in CSR form (row = destination node, column = source neighbour)."""
-from cupy_csrattn._kernels import warmup
+
 from cupy_csrattn.graph import CSRGraph
 from cupy_csrattn.ops.attention import (
     attention_aggregate,
@@ -12,6 +12,7 @@ from cupy_csrattn.ops.attention import (
 from cupy_csrattn.ops.sddmm import sddmm, sddmm_backward
 from cupy_csrattn.ops.softmax import edge_softmax, edge_softmax_backward
 from cupy_csrattn.ops.spmm import spmm, spmm_backward
+from cupy_csrattn.ops.warmup import warmup
 
 __version__ = "0.1.0"
 

@@ -1,11 +1,12 @@
 """Argument checks shared by every op. Each error names the argument it is about."""
+
 import math
 
 import numpy as np
 import scipy.sparse
 
-from cupy_csrattn import _dispatch
-from cupy_csrattn.graph import CSRGraph, _graph_and_order_from_sparse, _is_cupyx_sparse
+from cupy_csrattn import backend
+from cupy_csrattn.graph import CSRGraph, graph_and_edge_order
 
 
 def resolve_graph(graph):
@@ -15,24 +16,25 @@ def resolve_graph(graph):
     """
     if isinstance(graph, CSRGraph):
         return graph, None
-    if scipy.sparse.issparse(graph) or _is_cupyx_sparse(graph):
-        return _graph_and_order_from_sparse(graph, "full", name="graph")
-    if (isinstance(graph, (tuple, list)) and len(graph) in (2, 3)
-            and all(np.ndim(part) == 1 for part in graph[:2])):
+    if scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph):
+        return graph_and_edge_order(graph, "full", name="graph")
+    if isinstance(graph, (tuple, list)) and len(graph) in (2, 3) and all(np.ndim(part) == 1 for part in graph[:2]):
         return CSRGraph(*graph), None
     raise TypeError(
         "graph must be a CSRGraph, a scipy or cupyx sparse matrix, or a tuple "
-        f"(indptr, indices[, num_src]), got {type(graph).__name__}")
+        f"(indptr, indices[, num_src]), got {type(graph).__name__}"
+    )
 
 
 def float_array(name, x):
-    """x as a NumPy or CuPy array (see _dispatch.as_array); TypeError unless real floating point."""
+    """x as a NumPy or CuPy array (see backend.as_array); TypeError unless real floating point."""
     if x is None:
         raise TypeError(f"{name} must be a floating-point array, got None")
-    x = _dispatch.as_array(name, x)
+    x = backend.as_array(name, x)
     if x.dtype.name == "bfloat16":
-        raise TypeError(f"{name} has dtype bfloat16, which cupy_csrattn does not support yet; "
-                        "convert it to float16 or float32")
+        raise TypeError(
+            f"{name} has dtype bfloat16, which cupy_csrattn does not support yet; convert it to float16 or float32"
+        )
     if x.dtype.kind != "f":
         raise TypeError(f"{name} must be a real floating-point array, got dtype {x.dtype}")
     return x
@@ -103,7 +105,7 @@ def result_dtypes(*arrays):
 
 def out_array(name, out, shape, dtype, on_gpu):
     """Check a caller's out= array: exact shape and dtype, C-contiguous, on the computing device."""
-    if on_gpu and not _dispatch.is_cupy_array(out):
+    if on_gpu and not backend.is_cupy_array(out):
         raise TypeError(f"{name} must be a CuPy array when the op runs on the GPU, got {type(out).__name__}")
     if not on_gpu and not isinstance(out, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array when the op runs on the CPU, got {type(out).__name__}")
@@ -113,5 +115,5 @@ def out_array(name, out, shape, dtype, on_gpu):
         raise ValueError(f"{name} has shape {tuple(out.shape)}, expected {tuple(shape)}")
     if not out.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous")
-    if on_gpu and out.device.id != _dispatch.cupy.cuda.Device().id:
-        raise ValueError(f"{name} is on GPU {out.device.id}, but the op runs on GPU {_dispatch.cupy.cuda.Device().id}")
+    if on_gpu and out.device.id != backend.cupy.cuda.Device().id:
+        raise ValueError(f"{name} is on GPU {out.device.id}, but the op runs on GPU {backend.cupy.cuda.Device().id}")

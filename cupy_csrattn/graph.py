@@ -1,10 +1,11 @@
 """CSRGraph: a destination-major sparse graph (row d lists the source neighbours of d)."""
+
 import operator
 
 import numpy as np
 import scipy.sparse
 
-from cupy_csrattn import _dispatch
+from cupy_csrattn import backend
 
 _CHECK_MODES = ("full", "fast", "none")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -12,11 +13,11 @@ _INT32_MAX = np.iinfo(np.int32).max
 
 def _index_array(name, array, on_gpu):
     """array as a 1-D int32/int64 array on the graph's device; TypeError/ValueError naming it."""
-    array = _dispatch.as_array(name, array)
-    if _dispatch.is_cupy_array(array):
+    array = backend.as_array(name, array)
+    if backend.is_cupy_array(array):
         on_gpu = True
     if on_gpu:
-        array = _dispatch.to_device(array, True)
+        array = backend.to_device(array, True)
     dtype = array.dtype
     if dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {dtype}")
@@ -28,13 +29,6 @@ def _index_array(name, array, on_gpu):
         # Every value of these types fits: int32 for the narrow ones, int64 for uint32.
         return array.astype(np.int32 if dtype.itemsize < 4 else np.int64)
     return array  # uint64: converted by the caller once its values are known to fit
-
-
-def _is_cupyx_sparse(obj):
-    if _dispatch.cupy is None:
-        return False
-    import cupyx.scipy.sparse
-    return cupyx.scipy.sparse.issparse(obj)
 
 
 class CSRGraph:
@@ -60,13 +54,13 @@ class CSRGraph:
     def __init__(self, indptr, indices, num_src=None, *, check="full"):
         if check not in _CHECK_MODES:
             raise ValueError(f"check must be one of {_CHECK_MODES}, got {check!r}")
-        indptr, indices = _dispatch.as_array("indptr", indptr), _dispatch.as_array("indices", indices)
-        on_gpu = _dispatch.is_cupy_array(indptr) or _dispatch.is_cupy_array(indices)
+        indptr, indices = backend.as_array("indptr", indptr), backend.as_array("indices", indices)
+        on_gpu = backend.is_cupy_array(indptr) or backend.is_cupy_array(indices)
         indptr = _index_array("indptr", indptr, on_gpu)
         indices = _index_array("indices", indices, on_gpu)
         if len(indptr) == 0:
             raise ValueError("indptr must have num_dst + 1 >= 1 entries, got an empty array")
-        xp = _dispatch.array_module(on_gpu)
+        xp = backend.array_module(on_gpu)
         if num_src is not None:
             try:
                 num_src = operator.index(num_src)
@@ -102,8 +96,7 @@ class CSRGraph:
         if first != 0:
             raise ValueError(f"indptr must start at 0, got indptr[0] = {first}")
         if last != num_edges:
-            raise ValueError(
-                f"indptr must end at len(indices) = {num_edges}, got indptr[-1] = {last}")
+            raise ValueError(f"indptr must end at len(indices) = {num_edges}, got indptr[-1] = {last}")
         if len(indptr) > 1 and bool((indptr[1:] < indptr[:-1]).any()):  # host sync
             raise ValueError("indptr must be non-decreasing")
         if num_edges:
@@ -122,7 +115,7 @@ class CSRGraph:
         matrix's stored entry ``perm[e]`` (see ``from_edge_index``); ops given the matrix
         itself take and return edge arrays in the matrix's stored order.
         """
-        return _graph_and_order_from_sparse(matrix, check)[0]
+        return graph_and_edge_order(matrix, check)[0]
 
     @classmethod
     def from_edge_index(cls, src, dst, num_dst=None, num_src=None):
@@ -138,18 +131,20 @@ class CSRGraph:
         Returns
         -------
         graph : CSRGraph
+            Indices in the dtype of ``src`` as CSRGraph converts it (int32 or int64); indptr
+            too, unless E exceeds the int32 range (then int64).
         perm : (E,) int64 array
             Graph edge ``e`` is input edge ``perm[e]``.
         """
-        src, dst = _dispatch.as_array("src", src), _dispatch.as_array("dst", dst)
-        on_gpu = _dispatch.is_cupy_array(src) or _dispatch.is_cupy_array(dst)
+        src, dst = backend.as_array("src", src), backend.as_array("dst", dst)
+        on_gpu = backend.is_cupy_array(src) or backend.is_cupy_array(dst)
         src = _index_array("src", src, on_gpu)
         dst = _index_array("dst", dst, on_gpu)
         if src.dtype == np.uint64 or dst.dtype == np.uint64:
             src, dst = src.astype(np.int64), dst.astype(np.int64)
         if len(src) != len(dst):
             raise ValueError(f"src has {len(src)} entries but dst has {len(dst)}")
-        xp = _dispatch.array_module(on_gpu)
+        xp = backend.array_module(on_gpu)
         num_edges = len(dst)
         if num_edges:
             low, high = (int(v) for v in xp.stack([dst.min(), dst.max()]).astype(np.int64).tolist())  # host sync
@@ -163,7 +158,15 @@ class CSRGraph:
             num_dst = operator.index(num_dst)
             if high >= num_dst:
                 raise ValueError(f"dst must be < num_dst = {num_dst}, got {high}")
-        perm = xp.argsort(dst, kind="stable") if xp is np else xp.argsort(dst)  # CuPy's sort is stable
+        if xp is np and num_edges < (1 << 32) and num_dst <= _INT32_MAX:
+            # One sort of distinct 64-bit keys (destination << 32 | input position): the order of a
+            # stable argsort by destination, several times faster on large graphs.
+            perm = dst.astype(np.int64) << 32
+            perm |= np.arange(num_edges, dtype=np.int64)
+            perm.sort()
+            perm &= 0xFFFFFFFF
+        else:
+            perm = xp.argsort(dst, kind="stable") if xp is np else xp.argsort(dst)  # CuPy's sort is stable
         counts = xp.bincount(dst, minlength=num_dst) if num_edges else xp.zeros(num_dst, np.int64)
         indptr_dtype = np.int64 if num_edges > _INT32_MAX else src.dtype
         indptr = xp.zeros(num_dst + 1, dtype=indptr_dtype)
@@ -186,16 +189,18 @@ class CSRGraph:
 
     @property
     def device(self):
-        return "gpu" if _dispatch.is_cupy_array(self.indices) else "cpu"
+        return "gpu" if backend.is_cupy_array(self.indices) else "cpu"
 
     @property
     def xp(self):
         """The array module of this graph's arrays (numpy or cupy)."""
-        return _dispatch.array_module(self.device == "gpu")
+        return backend.array_module(self.device == "gpu")
 
     def __repr__(self):
-        return (f"CSRGraph(num_dst={self.num_dst}, num_src={self.num_src}, num_edges={self.num_edges}, "
-                f"index_dtype={self.index_dtype}, device={self.device!r})")
+        return (
+            f"CSRGraph(num_dst={self.num_dst}, num_src={self.num_src}, num_edges={self.num_edges}, "
+            f"index_dtype={self.index_dtype}, device={self.device!r})"
+        )
 
     def degrees(self):
         """(num_dst,) in-degree of each destination node, on the graph's device."""
@@ -218,29 +223,38 @@ class CSRGraph:
         """The same graph with CuPy arrays (this graph if already there; cached, so plans are reused)."""
         if self.device == "gpu":
             return self
-        if _dispatch.cupy is None:
+        if backend.cupy is None:
             raise RuntimeError("to_gpu needs CuPy, which is not installed")
-        device_id = _dispatch.cupy.cuda.Device().id
-        return self.cached(("to_gpu", device_id), lambda: _with_twin(
-            CSRGraph(_dispatch.cupy.asarray(self.indptr), _dispatch.cupy.asarray(self.indices),
-                     self.num_src, check="none"), self))
+        device_id = backend.cupy.cuda.Device().id
+        return self.cached(
+            ("to_gpu", device_id),
+            lambda: _with_twin(
+                CSRGraph(
+                    backend.cupy.asarray(self.indptr), backend.cupy.asarray(self.indices), self.num_src, check="none"
+                ),
+                self,
+            ),
+        )
 
     def to_cpu(self):
         """The same graph with NumPy arrays (this graph if already there)."""
         if self.device == "cpu":
             return self
-        return self.cached("to_cpu", lambda: _with_twin(
-            CSRGraph(self.indptr.get(), self.indices.get(), self.num_src, check="none"), self))
+        return self.cached(
+            "to_cpu",
+            lambda: _with_twin(CSRGraph(self.indptr.get(), self.indices.get(), self.num_src, check="none"), self),
+        )
 
     # -- transpose ------------------------------------------------------------------
     def row_of_edge(self):
         """(E,) destination row of each edge (cached)."""
+
         def build():
             xp = self.xp
             edges = xp.arange(self.num_edges, dtype=self.indptr.dtype)
             rows = xp.searchsorted(self.indptr, edges, side="right") - 1
-            return rows.astype(self.index_dtype if self.num_dst <= np.iinfo(self.index_dtype).max + 1
-                               else np.int64)
+            return rows.astype(self.index_dtype if self.num_dst <= np.iinfo(self.index_dtype).max + 1 else np.int64)
+
         return self.cached("row_of_edge", build)
 
     def transpose(self):
@@ -254,6 +268,7 @@ class CSRGraph:
             Edge ``e`` of ``graph_T`` is edge ``perm[e]`` of this graph. Within a row of
             ``graph_T`` edges keep this graph's order (the sort is stable).
         """
+
         def build():
             xp = self.xp
             if xp is np:
@@ -268,12 +283,13 @@ class CSRGraph:
             indices = self.row_of_edge()[perm].astype(dst_dtype, copy=False)
             graph_t = CSRGraph(indptr, indices, self.num_dst, check="none")
             return graph_t, perm
+
         return self.cached("transpose", build)
 
 
 def _with_twin(twin, original):
     """Let a device copy find its way back without another transfer."""
-    twin._cache["to_cpu" if original.device == "cpu" else ("to_gpu", _dispatch.cupy.cuda.Device().id)] = original
+    twin._cache["to_cpu" if original.device == "cpu" else ("to_gpu", backend.cupy.cuda.Device().id)] = original
     return twin
 
 
@@ -283,16 +299,16 @@ def _stored_columns_of_csc(matrix, xp):
     return xp.searchsorted(matrix.indptr, edges, side="right") - 1
 
 
-def _graph_and_order_from_sparse(matrix, check, name="matrix"):
+def graph_and_edge_order(matrix, check, name="matrix"):
     """(graph, perm): perm is None for CSR, else graph edge e is the matrix's stored entry perm[e]."""
     is_scipy = scipy.sparse.issparse(matrix)
-    if not is_scipy and not _is_cupyx_sparse(matrix):
+    if not is_scipy and not backend.is_cupyx_sparse(matrix):
         raise TypeError(f"{name} must be a scipy.sparse or cupyx.scipy.sparse matrix, got {type(matrix).__name__}")
     fmt = matrix.format
     num_dst, num_src = matrix.shape
     if fmt == "csr":
         return CSRGraph(matrix.indptr, matrix.indices, num_src, check=check), None
-    xp = np if is_scipy else _dispatch.cupy
+    xp = np if is_scipy else backend.cupy
     if fmt == "coo":
         dst, src = matrix.row, matrix.col
     elif fmt == "csc":

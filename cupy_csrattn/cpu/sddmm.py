@@ -1,27 +1,43 @@
 """sddmm ("dot" and "add") and their backward on the CPU."""
+
 import numpy as np
 
-from cupy_csrattn.cpu import segments
+from cupy_csrattn.cpu import edge_dots, segment_sums
 
 
-def sddmm_dot(graph, dst, src, scale, out):
-    scores = segments.edge_dot(graph, dst, src)
+def sddmm(graph, dst, src, op, scale, out):
+    """op "dot": scale * <dst[row], src[col]> per edge and head; "add": dst[row] + src[col]."""
+    if op == "dot":
+        _sddmm_dot(graph, dst, src, scale, out)
+    else:
+        _sddmm_add(graph, dst, src, out)
+
+
+def sddmm_backward(graph, dst, src, grad_scores, op, scale, grad_dst, grad_src):
+    if op == "dot":
+        _sddmm_dot_backward(graph, dst, src, grad_scores, scale, grad_dst, grad_src)
+    else:
+        _sddmm_add_backward(graph, grad_scores, grad_dst, grad_src)
+
+
+def _sddmm_dot(graph, dst, src, scale, out):
+    scores = edge_dots.edge_dot(graph, dst, src)
     scores *= scale
-    segments.write(out, scores)
+    segment_sums.write(out, scores)
 
 
-def sddmm_add(graph, dst, src, out):
-    scores = segments.expand_rows(graph, segments.as_compute(dst))
-    scores += np.take(segments.as_compute(src), graph.indices, axis=0)
-    segments.write(out, scores)
+def _sddmm_add(graph, dst, src, out):
+    scores = segment_sums.expand_rows(graph, segment_sums.as_compute(dst))
+    scores += np.take(segment_sums.as_compute(src), graph.indices, axis=0)
+    segment_sums.write(out, scores)
 
 
-def sddmm_dot_backward(graph, dst, src, grad_scores, scale, grad_dst, grad_src):
-    weights = segments.as_compute(grad_scores) * scale
-    segments.gather_sum(graph, weights, src, grad_dst)
-    segments.gather_sum(graph, weights, dst, grad_src, transpose=True)
+def _sddmm_dot_backward(graph, dst, src, grad_scores, scale, grad_dst, grad_src):
+    weights = segment_sums.as_compute(grad_scores) * scale
+    segment_sums.gather_sum(graph, weights, src, grad_dst)
+    segment_sums.gather_sum(graph, weights, dst, grad_src, transpose=True)
 
 
-def sddmm_add_backward(graph, grad_scores, grad_dst, grad_src):
-    segments.write(grad_dst, segments.segment_sum(graph, grad_scores))
-    segments.write(grad_src, segments.source_sum(graph, grad_scores))
+def _sddmm_add_backward(graph, grad_scores, grad_dst, grad_src):
+    segment_sums.write(grad_dst, segment_sums.segment_sum(graph, grad_scores))
+    segment_sums.write(grad_src, segment_sums.source_sum(graph, grad_scores))

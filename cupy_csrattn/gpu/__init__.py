@@ -1,6 +1,5 @@
-"""GPU launchers, one module per kernel family (softmax, spmm, sddmm, attention).
-
-Each module exposes the backend functions of its family with the CPU backend's signatures;
-a launcher computes grid, block and shared-memory sizes and launches, nothing more. A
-family without a module here makes its ops raise NotImplementedError on CuPy input.
+"""The GPU backend: kernel loading and launch (kernels), the kernels' declared signatures
+(signatures), per-graph work plans (plan) and one launcher module per op family, each
+exposing the backend functions of its ops with the CPU backend's arguments. A launcher
+computes grids and chooses kernel variants, nothing more; it never validates user input.
 """

@@ -13,11 +13,13 @@ partial states by about twice the resident warps, whatever the graph's size.
 
 Each plan is built once per graph (one host sync to size it) and cached on the graph.
 """
+
 import functools
 
 import numpy as np
 
-from cupy_csrattn import _dispatch
+from cupy_csrattn import backend
+from cupy_csrattn.gpu.kernels import MAX_BATCHED_HEADS, WARP
 
 WHOLE_ROW_EDGES = 1024
 FUSED_WHOLE_ROW_EDGES = 128
@@ -39,7 +41,7 @@ class Plan:
 
 
 def _build(graph, whole_row_edges):
-    cupy = _dispatch.cupy
+    cupy = backend.cupy
     indptr = graph.indptr.astype(np.int64, copy=False)
     degrees = cupy.diff(indptr)
     is_split = degrees > whole_row_edges
@@ -67,7 +69,7 @@ def plan_for(graph, fused=False):
     """The cached plan of a GPU graph (built on first use); fused: the fused attention kernels' plan."""
     whole_row_edges = WHOLE_ROW_EDGES
     if fused:
-        fair_share = -(-graph.num_edges // _resident_warps(_dispatch.cupy.cuda.runtime.getDevice()))
+        fair_share = -(-graph.num_edges // _resident_warps(backend.cupy.cuda.runtime.getDevice()))
         whole_row_edges = max(FUSED_WHOLE_ROW_EDGES, fair_share)
     return graph.cached(("gpu_plan", whole_row_edges), lambda: _build(graph, whole_row_edges))
 
@@ -75,27 +77,14 @@ def plan_for(graph, fused=False):
 @functools.lru_cache(maxsize=None)
 def _resident_warps(device_id):
     """Warps the device runs at once: multiprocessors times warps per multiprocessor."""
-    properties = _dispatch.cupy.cuda.runtime.getDeviceProperties(device_id)
-    return properties["multiProcessorCount"] * (properties["maxThreadsPerMultiProcessor"] // 32)
-
-
-def row_of_edge(graph):
-    """(E,) row of each edge in the graph's index dtype (cached)."""
-    return graph.cached("gpu_row_of_edge",
-                        lambda: graph.row_of_edge().astype(graph.index_dtype, copy=False))
-
-
-def unit_values(graph, heads, dtype):
-    """A cached (max(num_dst, num_src), H, 1) array of ones: as the values of an aggregation,
-    it turns it into a plain sum of weights over each row (of the graph or its transpose)."""
-    return graph.cached(("gpu_unit_values", heads, np.dtype(dtype).str),
-                        lambda: _dispatch.cupy.ones((max(graph.num_dst, graph.num_src), heads, 1), dtype))
+    properties = backend.cupy.cuda.runtime.getDeviceProperties(device_id)
+    return properties["multiProcessorCount"] * (properties["maxThreadsPerMultiProcessor"] // WARP)
 
 
 class SoftmaxLayout:
     """The plan of the row-wise softmax kernels for H heads: short rows in lane groups.
 
-    groups: (S, rows) pairs; each row of `rows` gets S lanes (degree * H <= S <= 32).
+    groups: (S, rows) pairs; each row of `rows` gets S lanes (degree * H <= S <= WARP).
     items, num_whole: the plan's items without the rows that went to groups.
     """
 
@@ -108,25 +97,25 @@ class SoftmaxLayout:
 
 
 def _build_softmax_layout(graph, heads):
-    cupy = _dispatch.cupy
+    cupy = backend.cupy
     plan = plan_for(graph)
-    if heads == 0 or heads > 32 or heads & (heads - 1):
+    if heads == 0 or heads > MAX_BATCHED_HEADS or heads & (heads - 1):
         return SoftmaxLayout(plan, [], plan.items, plan.num_whole)
     degrees = cupy.diff(plan.indptr)
     width = cupy.maximum(degrees, 1) * heads  # elements of each row
     # Only rows the plan keeps whole: a split row's items are all handled by the item kernels.
-    width[degrees > WHOLE_ROW_EDGES] = 33
+    width[degrees > WHOLE_ROW_EDGES] = WARP + 1  # wider than any group
     groups = []
     size = heads
-    while size <= 32:
+    while size <= WARP:
         in_bin = (width <= size) & (width > size // 2) if size > heads else width <= size
         rows = cupy.flatnonzero(in_bin)  # host sync (once per graph and H)
         if len(rows):
             groups.append((size, rows.astype(np.int64)))
         size *= 2
-    whole = plan.items[:plan.num_whole]
-    long_whole = whole[width[whole[:, 0]] > 32]  # host sync
-    items = cupy.ascontiguousarray(cupy.concatenate([long_whole, plan.items[plan.num_whole:]]))
+    whole = plan.items[: plan.num_whole]
+    long_whole = whole[width[whole[:, 0]] > WARP]  # host sync
+    items = cupy.ascontiguousarray(cupy.concatenate([long_whole, plan.items[plan.num_whole :]]))
     return SoftmaxLayout(plan, groups, items, len(long_whole))
 
 

@@ -1,47 +1,68 @@
 """Launchers of cuda/sddmm.cu, and sddmm's backward through the aggregation kernels."""
-from cupy_csrattn.gpu import plan as plans
+
 from cupy_csrattn.gpu.aggregate import aggregate
-from cupy_csrattn.gpu._launch import BLOCK_THREADS, acc_dtype, i32, i64, launch, vector_width
-
-
-def _pair_grid(graph, heads):
-    return ((graph.num_edges * heads + BLOCK_THREADS - 1) // BLOCK_THREADS,)
+from cupy_csrattn.gpu.derived import row_of_edge, unit_values
+from cupy_csrattn.gpu.kernels import launch, thread_grid, vector_width
 
 
 def edge_dot(graph, dst_feat, src_feat, scale, out):
     """out[e, h] = scale * <dst_feat[row(e), h], src_feat[col(e), h]>; features (N, H, D)."""
     heads, dim = dst_feat.shape[1], dst_feat.shape[2]
-    launch("sddmm", f"sddmm_dot_v{vector_width(dim, dst_feat, src_feat)}", dst_feat.dtype, graph.index_dtype,
-           _pair_grid(graph, heads),
-           (i64(graph.num_edges), i32(heads), i32(dim), plans.row_of_edge(graph), graph.indices, dst_feat,
-            src_feat, acc_dtype(dst_feat.dtype).type(scale), out))
+    launch(
+        f"sddmm_dot_v{vector_width(dim, dst_feat, src_feat)}",
+        dst_feat.dtype,
+        graph.index_dtype,
+        thread_grid(graph.num_edges * heads),
+        num_edges=graph.num_edges,
+        H=heads,
+        D=dim,
+        row_of_edge=row_of_edge(graph),
+        indices=graph.indices,
+        A=dst_feat,
+        B=src_feat,
+        scale=scale,
+        out=out,
+    )
 
 
-def sddmm_dot(graph, dst, src, scale, out):
-    edge_dot(graph, dst, src, scale, out)
+def sddmm(graph, dst, src, op, scale, out):
+    if op == "dot":
+        edge_dot(graph, dst, src, scale, out)
+        return
+    launch(
+        "sddmm_add",
+        dst.dtype,
+        graph.index_dtype,
+        thread_grid(graph.num_edges * dst.shape[1]),
+        num_edges=graph.num_edges,
+        H=dst.shape[1],
+        row_of_edge=row_of_edge(graph),
+        indices=graph.indices,
+        A=dst,
+        B=src,
+        out=out,
+    )
 
 
-def sddmm_add(graph, dst, src, out):
-    heads = dst.shape[1]
-    launch("sddmm", "sddmm_add", dst.dtype, graph.index_dtype, _pair_grid(graph, heads),
-           (i64(graph.num_edges), i32(heads), plans.row_of_edge(graph), graph.indices, dst, src, out))
-
-
-def sddmm_dot_backward(graph, dst, src, grad_scores, scale, grad_dst, grad_src):
-    # grad_dst = scale * sum over the row of grad_scores * src; grad_src likewise on the transpose.
-    aggregate("weights", graph, src, grad_dst, weights=grad_scores)
+def sddmm_backward(graph, dst, src, grad_scores, op, scale, grad_dst, grad_src):
     graph_t, perm = graph.transpose()
-    aggregate("weights_perm", graph_t, dst, grad_src, weights=grad_scores, perm=perm)
-    if scale != 1.0:
-        grad_dst *= scale
-        grad_src *= scale
-
-
-def sddmm_add_backward(graph, grad_scores, grad_dst, grad_src):
+    if op == "dot":
+        # grad_dst = scale * sum over the row of grad_scores * src; grad_src likewise on the transpose.
+        aggregate("weights", graph, src, grad_dst, weights=grad_scores)
+        aggregate("weights_perm", graph_t, dst, grad_src, weights=grad_scores, perm=perm)
+        if scale != 1.0:
+            grad_dst *= scale
+            grad_src *= scale
+        return
     # Row sums and source sums of grad_scores: aggregations of values that are all ones.
     heads = grad_scores.shape[1]
-    ones = plans.unit_values(graph, heads, grad_scores.dtype)
-    aggregate("weights", graph, ones[:graph.num_src], grad_dst.reshape(graph.num_dst, heads, 1), weights=grad_scores)
-    graph_t, perm = graph.transpose()
-    aggregate("weights_perm", graph_t, ones[:graph.num_dst], grad_src.reshape(graph.num_src, heads, 1),
-              weights=grad_scores, perm=perm)
+    ones = unit_values(graph, heads, grad_scores.dtype)
+    aggregate("weights", graph, ones[: graph.num_src], grad_dst.reshape(graph.num_dst, heads, 1), weights=grad_scores)
+    aggregate(
+        "weights_perm",
+        graph_t,
+        ones[: graph.num_dst],
+        grad_src.reshape(graph.num_src, heads, 1),
+        weights=grad_scores,
+        perm=perm,
+    )

@@ -1,15 +1,19 @@
 """Launchers for spmm and its backward."""
-from cupy_csrattn.gpu import sddmm
+
 from cupy_csrattn.gpu.aggregate import aggregate
+from cupy_csrattn.gpu.sddmm import edge_dot
 
 
 def spmm(graph, weights, values, out):
-    aggregate("ones" if weights is None else "weights", graph, values, out, weights=weights)
+    if weights is None:
+        aggregate("ones", graph, values, out)
+    else:
+        aggregate("weights", graph, values, out, weights=weights)
 
 
 def spmm_backward(graph, weights, values, grad_out, grad_weights, grad_values):
     if grad_weights is not None:
-        sddmm.edge_dot(graph, grad_out, values, 1.0, grad_weights)
+        edge_dot(graph, grad_out, values, 1.0, grad_weights)
     graph_t, perm = graph.transpose()
     if weights is None:
         aggregate("ones", graph_t, grad_out, grad_values)

@@ -3,10 +3,15 @@
 The forward ops return ``out`` and, with ``return_lse=True``, the per-row log-sum-exp of
 the scores, which their backward ops use to recompute the weights without storing them.
 """
+
 import math
 
 from cupy_csrattn import _validate
-from cupy_csrattn._dispatch import Placement, backend_function
+from cupy_csrattn.cpu import attention as cpu_attention
+from cupy_csrattn.gpu import attention as gpu_attention
+from cupy_csrattn.ops import traffic
+from cupy_csrattn.ops.placement import Placement
+from cupy_csrattn.ops.registry import register
 
 
 def _lse_shape(g, heads):
@@ -18,8 +23,9 @@ def _out_shape(g, heads, features):
 
 
 def _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, canonical_heads):
-    out_c, out_result = place.output("out", out, _out_shape(g, heads, features), dtype,
-                                     (g.num_dst, canonical_heads, features))
+    out_c, out_result = place.output(
+        "out", out, _out_shape(g, heads, features), dtype, (g.num_dst, canonical_heads, features)
+    )
     lse_c = lse_result = None
     if return_lse:
         lse_c, lse_result = place.output("lse", None, _lse_shape(g, heads), lse_dtype, (g.num_dst, canonical_heads))
@@ -40,6 +46,7 @@ def _check_saved(g, heads, features, out, grad_out, lse):
 
 # -- attention_aggregate -------------------------------------------------------------
 
+
 def _check_aggregate(g, scores, values):
     scores = _validate.float_array("scores", scores)
     values = _validate.float_array("values", values)
@@ -48,6 +55,12 @@ def _check_aggregate(g, scores, values):
     return scores, values, heads, features
 
 
+@register(
+    cpu=cpu_attention.attention_aggregate,
+    gpu=gpu_attention.attention_aggregate,
+    kernels=("aggregate",),
+    bytes=traffic.aggregate,
+)
 def attention_aggregate(graph, scores, values, *, out=None, return_lse=False):
     """Softmax-weighted neighbour sum, fused: ``spmm(graph, edge_softmax(graph, scores), values)``.
 
@@ -70,15 +83,22 @@ def attention_aggregate(graph, scores, values, *, out=None, return_lse=False):
     scores, values, heads, features = _check_aggregate(g, scores, values)
     dtype, lse_dtype = _validate.result_dtypes(scores, values)
     place = Placement(g, order, [scores, values])
-    kernel = backend_function("attention_aggregate", "attention_aggregate", place.on_gpu, "attention")
     scores_c = place.edge_input(scores, dtype)
     values_c = place.node_input(values, dtype, heads)
-    out_c, lse_c, result = _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse,
-                                            scores_c.shape[1])
-    kernel(place.graph, scores_c, values_c, out_c, lse_c)
+    out_c, lse_c, result = _forward_outputs(
+        place, g, heads, features, dtype, lse_dtype, out, return_lse, scores_c.shape[1]
+    )
+    place.run(attention_aggregate.op, scores_c, values_c, out_c, lse_c)
     return result
 
 
+@register(
+    cpu=cpu_attention.attention_aggregate_backward,
+    gpu=gpu_attention.attention_aggregate_backward,
+    kernels=("aggregate", "softmax", "sddmm"),
+    bytes=traffic.aggregate_backward,
+    forward="attention_aggregate",
+)
 def attention_aggregate_backward(graph, scores, values, grad_out, *, lse=None):
     """Gradients of attention_aggregate with respect to scores and values.
 
@@ -110,20 +130,19 @@ def attention_aggregate_backward(graph, scores, values, grad_out, *, lse=None):
         _validate.node_array("lse", lse, g.num_dst, "destination", heads=heads, feature_axis=False)
     dtype, lse_dtype = _validate.result_dtypes(scores, values, grad_out)
     place = Placement(g, order, [scores, values, grad_out, lse])
-    kernel = backend_function("attention_aggregate_backward", "attention_aggregate_backward", place.on_gpu,
-                              "attention")
     scores_c = place.edge_input(scores, dtype)
     values_c = place.node_input(values, dtype, heads)
     grad_out_c = place.node_input(grad_out, dtype, heads)
     lse_c = None if lse is None else place.node_input(lse, lse_dtype, heads, per_node_scalar=True)
     grad_scores_c, grad_scores = place.output("grad_scores", None, scores.shape, dtype, scores_c.shape, edge=True)
     grad_values_c, grad_values = place.output("grad_values", None, values.shape, dtype, values_c.shape)
-    kernel(place.graph, scores_c, values_c, grad_out_c, lse_c, grad_scores_c, grad_values_c)
+    place.run(attention_aggregate_backward.op, scores_c, values_c, grad_out_c, lse_c, grad_scores_c, grad_values_c)
     place.finish()
     return grad_scores, grad_values
 
 
 # -- graph_attention -----------------------------------------------------------------
+
 
 def _check_qkv(g, q, k, v, scale):
     q = _validate.float_array("q", q)
@@ -140,6 +159,12 @@ def _check_qkv(g, q, k, v, scale):
     return q, k, v, heads, features, scale
 
 
+@register(
+    cpu=cpu_attention.graph_attention,
+    gpu=gpu_attention.graph_attention,
+    kernels=("attention", "aggregate"),
+    bytes=traffic.graph_attention,
+)
 def graph_attention(graph, q, k, v, *, scale=None, out=None, return_lse=False):
     """Dot-product attention of each destination over its neighbours (graph transformer).
 
@@ -166,14 +191,19 @@ def graph_attention(graph, q, k, v, *, scale=None, out=None, return_lse=False):
     q, k, v, heads, features, scale = _check_qkv(g, q, k, v, scale)
     dtype, lse_dtype = _validate.result_dtypes(q, k, v)
     place = Placement(g, order, [q, k, v])
-    kernel = backend_function("graph_attention", "graph_attention", place.on_gpu, "attention")
     q_c, k_c, v_c = (place.node_input(x, dtype, heads) for x in (q, k, v))
-    out_c, lse_c, result = _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse,
-                                            q_c.shape[1])
-    kernel(place.graph, q_c, k_c, v_c, scale, out_c, lse_c)
+    out_c, lse_c, result = _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, q_c.shape[1])
+    place.run(graph_attention.op, q_c, k_c, v_c, scale, out_c, lse_c)
     return result
 
 
+@register(
+    cpu=cpu_attention.graph_attention_backward,
+    gpu=gpu_attention.graph_attention_backward,
+    kernels=("attention", "aggregate"),
+    bytes=traffic.graph_attention_backward,
+    forward="graph_attention",
+)
 def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None):
     """Gradients of graph_attention with respect to q, k and v.
 
@@ -200,16 +230,18 @@ def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None):
     out, grad_out, lse = _check_saved(g, heads, features, out, grad_out, lse)
     dtype, lse_dtype = _validate.result_dtypes(q, k, v, out, grad_out)
     place = Placement(g, order, [q, k, v, out, grad_out, lse])
-    kernel = backend_function("graph_attention_backward", "graph_attention_backward", place.on_gpu, "attention")
     q_c, k_c, v_c, out_c, grad_out_c = (place.node_input(x, dtype, heads) for x in (q, k, v, out, grad_out))
     lse_c = place.node_input(lse, lse_dtype, heads, per_node_scalar=True)
-    grads = [place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape)
-             for name, x, x_c in (("q", q, q_c), ("k", k, k_c), ("v", v, v_c))]
-    kernel(place.graph, q_c, k_c, v_c, out_c, grad_out_c, lse_c, scale, *(work for work, _ in grads))
+    grads = [
+        place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape)
+        for name, x, x_c in (("q", q, q_c), ("k", k, k_c), ("v", v, v_c))
+    ]
+    place.run(graph_attention_backward.op, q_c, k_c, v_c, out_c, grad_out_c, lse_c, scale, *(work for work, _ in grads))
     return tuple(result for _, result in grads)
 
 
 # -- gat_attention -------------------------------------------------------------------
+
 
 def _check_gat(g, a_dst, a_src, values, negative_slope):
     a_dst = _validate.float_array("a_dst", a_dst)
@@ -222,6 +254,12 @@ def _check_gat(g, a_dst, a_src, values, negative_slope):
     return a_dst, a_src, values, heads, features, negative_slope
 
 
+@register(
+    cpu=cpu_attention.gat_attention,
+    gpu=gpu_attention.gat_attention,
+    kernels=("attention", "aggregate"),
+    bytes=traffic.gat_attention,
+)
 def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, out=None, return_lse=False):
     """Fused GAT attention: softmax over each row of leaky_relu(a_dst[d] + a_src[s]) weighting values[s].
 
@@ -245,16 +283,23 @@ def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, out=None, 
     a_dst, a_src, values, heads, features, negative_slope = _check_gat(g, a_dst, a_src, values, negative_slope)
     dtype, lse_dtype = _validate.result_dtypes(a_dst, a_src, values)
     place = Placement(g, order, [a_dst, a_src, values])
-    kernel = backend_function("gat_attention", "gat_attention", place.on_gpu, "attention")
     a_dst_c = place.node_input(a_dst, dtype, heads, per_node_scalar=True)
     a_src_c = place.node_input(a_src, dtype, heads, per_node_scalar=True)
     values_c = place.node_input(values, dtype, heads)
-    out_c, lse_c, result = _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse,
-                                            values_c.shape[1])
-    kernel(place.graph, a_dst_c, a_src_c, values_c, negative_slope, out_c, lse_c)
+    out_c, lse_c, result = _forward_outputs(
+        place, g, heads, features, dtype, lse_dtype, out, return_lse, values_c.shape[1]
+    )
+    place.run(gat_attention.op, a_dst_c, a_src_c, values_c, negative_slope, out_c, lse_c)
     return result
 
 
+@register(
+    cpu=cpu_attention.gat_attention_backward,
+    gpu=gpu_attention.gat_attention_backward,
+    kernels=("attention", "aggregate"),
+    bytes=traffic.gat_attention_backward,
+    forward="gat_attention",
+)
 def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, negative_slope=0.2):
     """Gradients of gat_attention with respect to a_dst, a_src and values.
 
@@ -281,13 +326,23 @@ def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, n
     out, grad_out, lse = _check_saved(g, heads, features, out, grad_out, lse)
     dtype, lse_dtype = _validate.result_dtypes(a_dst, a_src, values, out, grad_out)
     place = Placement(g, order, [a_dst, a_src, values, out, grad_out, lse])
-    kernel = backend_function("gat_attention_backward", "gat_attention_backward", place.on_gpu, "attention")
     a_dst_c = place.node_input(a_dst, dtype, heads, per_node_scalar=True)
     a_src_c = place.node_input(a_src, dtype, heads, per_node_scalar=True)
     values_c, out_c, grad_out_c = (place.node_input(x, dtype, heads) for x in (values, out, grad_out))
     lse_c = place.node_input(lse, lse_dtype, heads, per_node_scalar=True)
-    grads = [place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape)
-             for name, x, x_c in (("a_dst", a_dst, a_dst_c), ("a_src", a_src, a_src_c), ("values", values, values_c))]
-    kernel(place.graph, a_dst_c, a_src_c, values_c, out_c, grad_out_c, lse_c, negative_slope,
-           *(work for work, _ in grads))
+    grads = [
+        place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape)
+        for name, x, x_c in (("a_dst", a_dst, a_dst_c), ("a_src", a_src, a_src_c), ("values", values, values_c))
+    ]
+    place.run(
+        gat_attention_backward.op,
+        a_dst_c,
+        a_src_c,
+        values_c,
+        out_c,
+        grad_out_c,
+        lse_c,
+        negative_slope,
+        *(work for work, _ in grads),
+    )
     return tuple(result for _, result in grads)

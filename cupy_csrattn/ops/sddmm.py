@@ -1,6 +1,11 @@
 """sddmm and sddmm_backward: per-edge scores from destination and source features."""
+
 from cupy_csrattn import _validate
-from cupy_csrattn._dispatch import Placement, backend_function
+from cupy_csrattn.cpu import sddmm as cpu_sddmm
+from cupy_csrattn.gpu import sddmm as gpu_sddmm
+from cupy_csrattn.ops import traffic
+from cupy_csrattn.ops.placement import Placement
+from cupy_csrattn.ops.registry import register
 
 _OPS = ("dot", "add")
 
@@ -10,14 +15,14 @@ def _check(g, dst_feat, src_feat, op):
     dst_feat = _validate.float_array("dst_feat", dst_feat)
     src_feat = _validate.float_array("src_feat", src_feat)
     with_features = op == "dot"
-    heads, features = _validate.node_array("dst_feat", dst_feat, g.num_dst, "destination",
-                                           feature_axis=with_features)
+    heads, features = _validate.node_array("dst_feat", dst_feat, g.num_dst, "destination", feature_axis=with_features)
     _validate.node_array("src_feat", src_feat, g.num_src, "source", heads=heads, feature_axis=with_features)
     if with_features:
         _validate.same_features("src_feat", src_feat, features, "dst_feat")
     return dst_feat, src_feat, heads
 
 
+@register(cpu=cpu_sddmm.sddmm, gpu=gpu_sddmm.sddmm, kernels=("sddmm",), bytes=traffic.sddmm)
 def sddmm(graph, dst_feat, src_feat, *, op="dot", scale=1.0, out=None):
     """Per-edge scores from the features of its two ends.
 
@@ -47,20 +52,23 @@ def sddmm(graph, dst_feat, src_feat, *, op="dot", scale=1.0, out=None):
         raise ValueError(f"scale applies to op='dot' only, got scale={scale} with op='add'")
     dtype, _ = _validate.result_dtypes(dst_feat, src_feat)
     place = Placement(g, order, [dst_feat, src_feat])
-    kernel = backend_function("sddmm", f"sddmm_{op}", place.on_gpu, "sddmm")
     per_node_scalar = op == "add"
     dst_c = place.node_input(dst_feat, dtype, heads, per_node_scalar)
     src_c = place.node_input(src_feat, dtype, heads, per_node_scalar)
     shape = (g.num_edges,) if heads is None else (g.num_edges, heads)
     work, result = place.output("out", out, shape, dtype, (g.num_edges, dst_c.shape[1]), edge=True)
-    if op == "dot":
-        kernel(place.graph, dst_c, src_c, scale, work)
-    else:
-        kernel(place.graph, dst_c, src_c, work)
+    place.run(sddmm.op, dst_c, src_c, op, scale, work)
     place.finish()
     return result
 
 
+@register(
+    cpu=cpu_sddmm.sddmm_backward,
+    gpu=gpu_sddmm.sddmm_backward,
+    kernels=("aggregate",),
+    bytes=traffic.sddmm_backward,
+    forward="sddmm",
+)
 def sddmm_backward(graph, dst_feat, src_feat, grad_scores, *, op="dot", scale=1.0):
     """Gradients of sddmm with respect to dst_feat and src_feat.
 
@@ -90,15 +98,11 @@ def sddmm_backward(graph, dst_feat, src_feat, grad_scores, *, op="dot", scale=1.
         raise ValueError(f"scale applies to op='dot' only, got scale={scale} with op='add'")
     dtype, _ = _validate.result_dtypes(dst_feat, src_feat, grad_scores)
     place = Placement(g, order, [dst_feat, src_feat, grad_scores])
-    kernel = backend_function("sddmm_backward", f"sddmm_{op}_backward", place.on_gpu, "sddmm")
     per_node_scalar = op == "add"
     dst_c = place.node_input(dst_feat, dtype, heads, per_node_scalar)
     src_c = place.node_input(src_feat, dtype, heads, per_node_scalar)
     grad_c = place.edge_input(grad_scores, dtype)
     grad_dst_c, grad_dst = place.output("grad_dst_feat", None, dst_feat.shape, dtype, dst_c.shape)
     grad_src_c, grad_src = place.output("grad_src_feat", None, src_feat.shape, dtype, src_c.shape)
-    if op == "dot":
-        kernel(place.graph, dst_c, src_c, grad_c, scale, grad_dst_c, grad_src_c)
-    else:
-        kernel(place.graph, grad_c, grad_dst_c, grad_src_c)
+    place.run(sddmm_backward.op, dst_c, src_c, grad_c, op, scale, grad_dst_c, grad_src_c)
     return grad_dst, grad_src

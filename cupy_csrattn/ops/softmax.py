@@ -1,11 +1,16 @@
 """edge_softmax and edge_softmax_backward."""
+
 import scipy.sparse
 
-from cupy_csrattn import _validate
-from cupy_csrattn._dispatch import Placement, backend_function
-from cupy_csrattn.graph import _is_cupyx_sparse
+from cupy_csrattn import _validate, backend
+from cupy_csrattn.cpu import softmax as cpu_softmax
+from cupy_csrattn.gpu import softmax as gpu_softmax
+from cupy_csrattn.ops import traffic
+from cupy_csrattn.ops.placement import Placement
+from cupy_csrattn.ops.registry import register
 
 
+@register(cpu=cpu_softmax.edge_softmax, gpu=gpu_softmax.edge_softmax, kernels=("softmax",), bytes=traffic.edge_softmax)
 def edge_softmax(graph, scores=None, *, out=None):
     """Softmax of edge scores over each destination row, per head.
 
@@ -31,7 +36,7 @@ def edge_softmax(graph, scores=None, *, out=None):
     """
     matrix = None
     if scores is None:
-        if not (scipy.sparse.issparse(graph) or _is_cupyx_sparse(graph)):
+        if not (scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph)):
             raise TypeError("scores is required unless graph is a sparse matrix whose data are the scores")
         matrix, scores = graph, graph.data
     g, order = _validate.resolve_graph(graph)
@@ -39,10 +44,9 @@ def edge_softmax(graph, scores=None, *, out=None):
     _validate.edge_array("scores", scores, g)
     dtype, _ = _validate.result_dtypes(scores)
     place = Placement(g, order, [scores])
-    kernel = backend_function("edge_softmax", "edge_softmax", place.on_gpu, "softmax")
     canonical = place.edge_input(scores, dtype)
     work, result = place.output("out", out, scores.shape, dtype, canonical.shape, edge=True)
-    kernel(place.graph, canonical, work)
+    place.run(edge_softmax.op, canonical, work)
     place.finish()
     if matrix is None:
         return result
@@ -51,6 +55,13 @@ def edge_softmax(graph, scores=None, *, out=None):
     return type(matrix)((result, matrix.indices, matrix.indptr), shape=matrix.shape)
 
 
+@register(
+    cpu=cpu_softmax.edge_softmax_backward,
+    gpu=gpu_softmax.edge_softmax_backward,
+    kernels=("softmax",),
+    bytes=traffic.edge_softmax_backward,
+    forward="edge_softmax",
+)
 def edge_softmax_backward(graph, probs, grad_probs, *, out=None):
     """Gradient of edge_softmax with respect to its scores.
 
@@ -76,10 +87,9 @@ def edge_softmax_backward(graph, probs, grad_probs, *, out=None):
     _validate.edge_array("grad_probs", grad_probs, g, heads=heads)
     dtype, _ = _validate.result_dtypes(probs, grad_probs)
     place = Placement(g, order, [probs, grad_probs])
-    kernel = backend_function("edge_softmax_backward", "edge_softmax_backward", place.on_gpu, "softmax")
     probs_c = place.edge_input(probs, dtype)
     grad_c = place.edge_input(grad_probs, dtype)
     work, result = place.output("out", out, probs.shape, dtype, probs_c.shape, edge=True)
-    kernel(place.graph, probs_c, grad_c, work)
+    place.run(edge_softmax_backward.op, probs_c, grad_c, work)
     place.finish()
     return result

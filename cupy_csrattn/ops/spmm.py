@@ -1,6 +1,11 @@
 """spmm and spmm_backward: edge-weighted neighbour sums."""
+
 from cupy_csrattn import _validate
-from cupy_csrattn._dispatch import Placement, backend_function
+from cupy_csrattn.cpu import spmm as cpu_spmm
+from cupy_csrattn.gpu import spmm as gpu_spmm
+from cupy_csrattn.ops import traffic
+from cupy_csrattn.ops.placement import Placement
+from cupy_csrattn.ops.registry import register
 
 
 def _check(g, weights, values):
@@ -14,6 +19,7 @@ def _check(g, weights, values):
     return weights, values, heads, features
 
 
+@register(cpu=cpu_spmm.spmm, gpu=gpu_spmm.spmm, kernels=("aggregate",), bytes=traffic.aggregate)
 def spmm(graph, weights, values, *, out=None):
     """Edge-weighted sum of source features into each destination.
 
@@ -37,15 +43,21 @@ def spmm(graph, weights, values, *, out=None):
     floats = [values] if weights is None else [weights, values]
     dtype, _ = _validate.result_dtypes(*floats)
     place = Placement(g, order, floats)
-    kernel = backend_function("spmm", "spmm", place.on_gpu, "spmm")
     weights_c = None if weights is None else place.edge_input(weights, dtype)
     values_c = place.node_input(values, dtype, heads)
     shape = (g.num_dst,) + tuple(values.shape[1:])
     work, result = place.output("out", out, shape, dtype, (g.num_dst,) + values_c.shape[1:])
-    kernel(place.graph, weights_c, values_c, work)
+    place.run(spmm.op, weights_c, values_c, work)
     return result
 
 
+@register(
+    cpu=cpu_spmm.spmm_backward,
+    gpu=gpu_spmm.spmm_backward,
+    kernels=("aggregate", "sddmm"),
+    bytes=traffic.aggregate_backward,
+    forward="spmm",
+)
 def spmm_backward(graph, weights, values, grad_out):
     """Gradients of spmm.
 
@@ -72,14 +84,15 @@ def spmm_backward(graph, weights, values, grad_out):
     floats = [values, grad_out] + ([] if weights is None else [weights])
     dtype, _ = _validate.result_dtypes(*floats)
     place = Placement(g, order, floats)
-    kernel = backend_function("spmm_backward", "spmm_backward", place.on_gpu, "spmm")
     weights_c = None if weights is None else place.edge_input(weights, dtype)
     values_c = place.node_input(values, dtype, heads)
     grad_out_c = place.node_input(grad_out, dtype, heads)
     grad_weights_c = grad_weights = None
     if weights is not None:
-        grad_weights_c, grad_weights = place.output("grad_weights", None, weights.shape, dtype, weights_c.shape, edge=True)
+        grad_weights_c, grad_weights = place.output(
+            "grad_weights", None, weights.shape, dtype, weights_c.shape, edge=True
+        )
     grad_values_c, grad_values = place.output("grad_values", None, values.shape, dtype, values_c.shape)
-    kernel(place.graph, weights_c, values_c, grad_out_c, grad_weights_c, grad_values_c)
+    place.run(spmm_backward.op, weights_c, values_c, grad_out_c, grad_weights_c, grad_values_c)
     place.finish()
     return grad_weights, grad_values

@@ -1,0 +1,113 @@
+"""Where an op runs, the one GPU probe, and moving arrays to that place.
+
+NumPy inputs run on the CPU backend. Any CuPy input, or a graph that already lives on the
+GPU, runs on the GPU backend. CuPy is optional: without it every op runs on the CPU.
+"""
+
+import functools
+import sys
+
+import numpy as np
+
+try:  # CuPy is an optional dependency.
+    import cupy
+except ImportError:  # pragma: no cover - depends on the environment
+    cupy = None
+
+
+def is_cupy_array(x):
+    return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+def is_cupyx_sparse(x):
+    """True for a cupyx.scipy.sparse matrix.
+
+    Such a matrix exists only once its module is loaded, so an unloaded module means no,
+    without paying for the import.
+    """
+    module = sys.modules.get("cupyx.scipy.sparse")
+    return module is not None and module.issparse(x)
+
+
+_DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def as_array(name, x):
+    """x as a NumPy or CuPy array, without a copy where the data allow.
+
+    NumPy and CuPy arrays pass as they are. Objects on a CUDA device (exposing
+    __cuda_array_interface__, or __dlpack__ with a CUDA __dlpack_device__: PyTorch, JAX,
+    Numba arrays) become CuPy views of the same memory; other __dlpack__ objects become
+    NumPy views; anything else goes through np.asarray.
+    """
+    if isinstance(x, np.ndarray) or is_cupy_array(x):
+        return x
+    on_cuda = hasattr(x, "__cuda_array_interface__") or (
+        hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] in _DLPACK_CUDA_DEVICES
+    )
+    if on_cuda:
+        if cupy is None:
+            raise TypeError(f"{name} lives on a CUDA device, which needs CuPy; it is not installed")
+        return cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
+    try:
+        return np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+    except Exception as error:
+        raise TypeError(f"{name} must be an array, got {type(x).__name__}") from error
+
+
+def first_line(error):
+    """The first line of an exception's message, with its type when the message is empty."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_status():
+    """(True, None) when CuPy is installed and a CUDA device works, else (False, why not).
+
+    Probed once per process: the device count, then a tiny computation, so that a broken
+    driver or an unusable device is reported here rather than in the first op.
+    """
+    if cupy is None:
+        return False, "CuPy is not installed"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as error:  # no driver, no device
+        return False, f"no usable GPU: getDeviceCount() raised {type(error).__name__}: {first_line(error)}"
+    if count == 0:
+        return False, "no usable GPU: CuPy finds no CUDA device"
+    try:
+        cupy.zeros(1).sum().item()  # host sync (once per process)
+    except Exception as error:
+        return False, f"no usable GPU: a tiny CuPy computation raised {type(error).__name__}: {first_line(error)}"
+    return True, None
+
+
+def gpu_available():
+    """True when CuPy is installed and a CUDA device can be used (see gpu_status)."""
+    return gpu_status()[0]
+
+
+def uses_gpu(graph_device, arrays):
+    """True when the op must run on the GPU: the graph is there or any input is CuPy."""
+    return graph_device == "gpu" or any(is_cupy_array(a) for a in arrays)
+
+
+def array_module(on_gpu):
+    return cupy if on_gpu else np
+
+
+def to_device(x, on_gpu):
+    """x as an array of the computing device's library (no copy when already there)."""
+    if x is None:
+        return None
+    if on_gpu:
+        return cupy.asarray(x)
+    if is_cupy_array(x):
+        raise TypeError("internal: a CuPy array reached the CPU backend")
+    return np.asarray(x)
+
+
+def accumulation_dtype(dtype):
+    """The dtype both backends compute in: float32 for float16 and float32, float64 for float64."""
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)

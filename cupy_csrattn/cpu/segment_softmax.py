@@ -1,0 +1,234 @@
+"""Row softmax, its gradient and the row maximum on the CPU.
+
+The softmax, its gradient and exp(s - lse) run over the row blocks of segment_sums, so
+their row sums are chunked sparse products, accurate for rows of any length, and a block
+stays in cache across its steps (see segment_sums). They compute in the compute dtype of
+segment_sums, with one exception: the gradient of a softmax, p * (dp - sum_row p dp), is
+computed in float64 (``softmax_grad`` and the attention backward): the subtraction
+cancels, and float32 rounding of its terms would dominate.
+
+Row bins (softmax with out-of-range scores only, see ``softmax``). A row maximum has no
+sparse product; for it the edge array is gathered once into a padded buffer where rows of
+similar length share a bin of shape (width, rows, H): slot j of every row of a bin is one
+contiguous (rows, H) slab, so a row reduction is a reduction over axis 0 of the bin,
+vectorized over all its rows and heads.
+"""
+
+import numpy as np
+
+from cupy_csrattn.cpu.segment_sums import as_compute, expand_rows, row_blocks, write
+
+# Row bins: widths (padded row lengths) are the degree itself up to _EXACT_WIDTHS, above
+# that the degree rounded up to _WIDTH_BITS significant bits (at most 1/8 padding).
+_EXACT_WIDTHS = 16
+_WIDTH_BITS = 4
+
+
+def _work_array(out, shape, dtype):
+    """out itself when it can hold the compute dtype's result, else a new array."""
+    if out is not None and out.dtype == dtype and out.flags.c_contiguous:
+        return out
+    return np.empty(shape, dtype=dtype)
+
+
+# -- softmax ------------------------------------------------------------------------------
+
+
+def softmax(graph, scores, out=None, lse=None):
+    """Row softmax of (E, H) scores, computed in their compute dtype.
+
+    Returns probs (E, H), written into ``out`` when given and of the compute dtype (else a
+    new array), and writes the rows' log-sum-exp into ``lse`` (N, H) when given.
+
+    An empty row or one whose scores are all -inf has zero weights and lse -inf; a NaN
+    (or +inf) score makes its own row and head NaN.
+
+    Subtracting the row maximum only keeps exp in range, and the maximum is the one row
+    reduction that is not a sparse product (it needs the row bins). So the raw scores are
+    tried first, and kept when every non-empty row's sum of exps is finite and large
+    enough that its largest term is a normal number (sum >= tiny * 2**63 >= tiny *
+    degree). The unshifted exps are then as accurate as shifted ones (more: score - max
+    is not rounded), and terms that underflowed are below 2**-63 of their row's sum.
+    Otherwise (scores out of range, rows of -inf, NaN) the softmax is computed again with
+    the row maximum subtracted.
+    """
+    scores = as_compute(scores)
+    probs = _work_array(out, scores.shape, scores.dtype)
+    row_lse = None if lse is None else np.empty(lse.shape, dtype=scores.dtype)
+    if not _softmax_rows(graph, scores, None, probs, row_lse):
+        shift = segment_max(graph, scores)
+        # Rows of only -inf (or no) scores: shift by 0, so that their exps are 0, not NaN.
+        shift[np.isneginf(shift)] = 0
+        _softmax_rows(graph, scores, shift, probs, row_lse)
+    if lse is not None:
+        write(lse, row_lse)
+    return probs
+
+
+def _softmax_rows(graph, scores, shift, probs, lse):
+    """probs = exp(scores - shift[row]) / row sums, lse = log(row sums) + shift, by row blocks.
+
+    shift=None means no shift; then returns False (probs and lse half written) as soon as
+    a row's sum is out of the range where that is accurate (see ``softmax``).
+    """
+    if shift is None:
+        info = np.finfo(scores.dtype)
+        smallest_total, largest_total = info.tiny * 2.0**63, info.max
+    blocks = row_blocks(graph, scores.shape[1])
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for block in blocks:
+            exps = probs[block.edges]
+            if shift is None:
+                np.exp(scores[block.edges], out=exps)
+            else:
+                np.subtract(scores[block.edges], np.repeat(shift[block.rows], block.degrees, axis=0), out=exps)
+                np.exp(exps, out=exps)
+            total = blocks.row_sums(block, exps)
+            if shift is None:
+                # NaN fails both comparisons.
+                fine = (total >= smallest_total) & (total <= largest_total)
+                if not fine.all():
+                    fine[block.degrees == 0] = True  # empty rows: sum 0, nothing to divide
+                    if not fine.all():
+                        return False
+            if lse is not None:
+                row_lse = lse[block.rows]
+                np.log(total, out=row_lse)  # log(0) = -inf for empty and all -inf rows
+                if shift is not None:
+                    row_lse += shift[block.rows]
+            if shift is not None:
+                # A shifted row's sum is >= 1 (its maximum gives exp(0)) unless all its
+                # scores are -inf; then its exps are all 0, and dividing by 1 keeps them.
+                total[total == 0] = 1
+            np.divide(exps, np.repeat(total, block.degrees, axis=0), out=exps)
+    return True
+
+
+def probs_from_lse(graph, scores, lse):
+    """exp(scores - lse[row]) in the compute dtype, rows of lse -inf at zero weight."""
+    scores = as_compute(scores)
+    lse = np.asarray(lse, dtype=scores.dtype)
+    probs = np.empty_like(scores)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for block in row_blocks(graph, scores.shape[1]):
+            block_probs = probs[block.edges]
+            np.subtract(scores[block.edges], np.repeat(lse[block.rows], block.degrees, axis=0), out=block_probs)
+            np.exp(block_probs, out=block_probs)
+    dead = np.isneginf(lse)
+    if dead.any():  # rows with no edges or all scores -inf: exp(s + inf) would be inf or NaN
+        probs[expand_rows(graph, dead)] = 0
+    return probs
+
+
+def softmax_grad(graph, probs, grad_probs, out=None):
+    """grad of the scores given the probabilities and the grad of the probabilities.
+
+    probs * (grad_probs - sum_row probs * grad_probs), one row block at a time. Computed in
+    float64 whatever the inputs: the subtraction cancels (to exactly 0 when a row's
+    grad_probs are all equal), and float32 rounding of its terms would then dominate the
+    small result. Returns the float64 result, or ``out`` written with it.
+    """
+    result = np.empty(np.shape(probs)) if out is None else out
+    blocks = row_blocks(graph, probs.shape[1])
+    for block in blocks:
+        p = probs[block.edges].astype(np.float64)
+        g = grad_probs[block.edges].astype(np.float64)
+        row_dot = blocks.row_sums(block, p * g)
+        g -= np.repeat(row_dot, block.degrees, axis=0)
+        g *= p
+        result[block.edges] = g
+    return result
+
+
+# -- row bins (for the row maximum) -----------------------------------------------------------
+
+
+class _RowBins:
+    """The padded layout of a graph's rows (see the module docstring).
+
+    Rows of similar length share a bin of shape (width, rows, H). Widths are the exact
+    degree up to _EXACT_WIDTHS, above that the degree rounded up to _WIDTH_BITS
+    significant bits (at most 1/8 padding).
+
+    gather  (P,) intp: edge copied into each padded slot (padding slots: edge 0, overwritten).
+    padding (number of padding slots,) intp.
+    rows    (number of non-empty rows,) intp: the rows in bin order.
+    bins    list of (first slot, width, first row in ``rows``, row count).
+    """
+
+    def __init__(self, indptr):
+        indptr = indptr.astype(np.intp)
+        degrees = np.diff(indptr)
+        rows = np.flatnonzero(degrees)
+        widths = _bin_width(degrees[rows])
+        order = np.argsort(widths, kind="stable")
+        self.rows, widths = rows[order], widths[order]
+        unique_widths, first_row, counts = np.unique(widths, return_index=True, return_counts=True)
+        bin_starts = np.zeros(len(unique_widths) + 1, dtype=np.intp)
+        np.cumsum(unique_widths * counts, out=bin_starts[1:])
+        self.bins = [
+            (int(s), int(w), int(f), int(c)) for s, w, f, c in zip(bin_starts[:-1], unique_widths, first_row, counts)
+        ]
+        num_slots = int(bin_starts[-1])
+
+        # Row i of bin b (at position k = first_row[b] + i of self.rows) puts its edge j
+        # at slot bin_start[b] + j * count[b] + i.
+        bin_of_row = np.repeat(np.arange(len(counts), dtype=np.intp), counts)
+        row_base = bin_starts[:-1][bin_of_row] + (np.arange(len(self.rows)) - first_row[bin_of_row])
+        row_stride = counts[bin_of_row].astype(np.intp)
+        row_degrees = degrees[self.rows]
+        # Edges listed row by row in bin order: their row position k and slot j in the row.
+        k = np.repeat(np.arange(len(self.rows), dtype=np.intp), row_degrees)
+        j = np.arange(len(k), dtype=np.intp) - np.repeat(np.cumsum(row_degrees) - row_degrees, row_degrees)
+        edges = indptr[self.rows][k] + j
+        slots = row_base[k] + j * row_stride[k]
+        self.num_rows = len(degrees)
+        self.gather = np.zeros(num_slots, dtype=np.intp)
+        self.gather[slots] = edges
+        is_padding = np.ones(num_slots, dtype=bool)
+        is_padding[slots] = False
+        self.padding = np.flatnonzero(is_padding)
+
+    def to_bins(self, x, fill):
+        """(P, H) padded copy of the (E, H) array x, padding slots set to fill."""
+        buffer = np.take(x, self.gather, axis=0, mode="clip")  # indices are in range
+        buffer[self.padding] = fill
+        return buffer
+
+    def blocks(self, buffer):
+        """(block (width, rows, H) view, slice of the bin's rows in ``rows`` order) per bin."""
+        heads = buffer.shape[1]
+        for start, width, first, count in self.bins:
+            yield (buffer[start : start + width * count].reshape(width, count, heads), slice(first, first + count))
+
+    def per_row(self, stats, fill):
+        """(N, H) array of per-row stats given in ``rows`` order, fill for empty rows."""
+        result = np.full((self.num_rows, stats.shape[1]), fill, dtype=stats.dtype)
+        result[self.rows] = stats
+        return result
+
+
+def _bin_width(degrees):
+    """Bin width of rows of the given (positive) degrees."""
+    degrees = degrees.astype(np.int64)
+    bits = np.zeros_like(degrees)
+    long = degrees > _EXACT_WIDTHS
+    # bit_length(d - 1) of the long rows, exact for d < 2**53
+    bits[long] = np.frexp((degrees[long] - 1).astype(np.float64))[1]
+    shift = np.maximum(bits - _WIDTH_BITS, 0)
+    return np.where(long, (((degrees - 1) >> shift) + 1) << shift, degrees).astype(np.intp)
+
+
+def _row_bins(graph):
+    return graph.cached("cpu_row_bins", lambda: _RowBins(graph.indptr))
+
+
+def segment_max(graph, x):
+    """(N, H) row maxima of an (E, H) array; -inf for empty rows; NaN propagates."""
+    bins = _row_bins(graph)
+    # -inf padding never wins a maximum.
+    buffer = bins.to_bins(x, -np.inf)
+    maxima = np.empty((len(bins.rows), x.shape[1]), dtype=x.dtype)
+    for block, rows in bins.blocks(buffer):
+        np.maximum.reduce(block, axis=0, out=maxima[rows])
+    return bins.per_row(maxima, -np.inf)

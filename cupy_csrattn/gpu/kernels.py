@@ -1,0 +1,246 @@
+"""Loading and launching the kernels in cuda/*.cu through cupy.RawModule.
+
+Each specialization (kernel family x data type x index type) is the family's source behind
+a small generated preamble (the data and index types, and the launch constants below), with
+common.cuh and its own headers inlined, so CuPy's on-disk cache (keyed by the source text
+and options) is reused across processes and invalidated by any header edit. Entry points
+are extern "C" (no name_expressions, which would recompile in every process); the source
+ends with a compile-time check of each against its declaration in gpu/signatures.py.
+"""
+
+import functools
+import pathlib
+import re
+
+import numpy as np
+
+from cupy_csrattn import backend
+from cupy_csrattn.gpu.signatures import SIGNATURES, families
+
+# Launch constants, defined here only; the preamble hands BLOCK_WARPS to the .cu files.
+WARP = 32
+BLOCK_WARPS = 8  # warps per block of every kernel
+BLOCK_THREADS = BLOCK_WARPS * WARP
+MAX_BATCHED_HEADS = WARP  # the batched row and softmax-group kernels hold up to one head per lane
+
+NULL = np.uint64(0)  # a null pointer argument
+
+DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2}
+INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+COMPILE_OPTIONS = ("-std=c++14",)
+
+_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent.parent
+# Installed wheels carry the kernels in the package; a source checkout has them beside it.
+_KERNEL_DIRS = [d for d in (_PACKAGE_DIR / "cuda", _PACKAGE_DIR.parent / "cuda") if (d / "common.cuh").exists()]
+KERNEL_DIR = _KERNEL_DIRS[0] if _KERNEL_DIRS else None
+
+FAMILIES = families()  # family -> entry point names
+
+
+class KernelCompileError(RuntimeError):
+    """A kernel specialization failed to compile; the message names it and holds the log."""
+
+
+def _kernel_dir():
+    if KERNEL_DIR is None:
+        raise RuntimeError(f"the CUDA kernel sources were not found in {_PACKAGE_DIR / 'cuda'}; reinstall the package")
+    return KERNEL_DIR
+
+
+def specializations(families=None):
+    """Every (family, dtype, index dtype) that the GPU backend may load (of ``families``)."""
+    families = FAMILIES if families is None else families
+    return [(family, dtype, index_dtype) for family in families for dtype in DTYPE_CODES for index_dtype in INDEX_TYPES]
+
+
+def label(family, dtype, index_dtype):
+    return f"{family}.cu [{np.dtype(dtype).name}, {np.dtype(index_dtype).name}]"
+
+
+_INCLUDE = re.compile(r'^#include "([\w.]+\.cuh)"$', re.MULTILINE)
+
+
+def _signature_checks(family):
+    """One static_assert per declared entry point of ``family``: its type must be the declared one."""
+    lines = [
+        "// ---- declared signatures (gpu/signatures.py) ----",
+        "template <class A, class B> struct csrattn_same_type { static constexpr bool value = false; };",
+        "template <class A> struct csrattn_same_type<A, A> { static constexpr bool value = true; };",
+    ]
+    for name in FAMILIES[family]:
+        params = ", ".join(param.ctype for param in SIGNATURES[name].params)
+        lines.append(
+            f"static_assert(csrattn_same_type<decltype({name}), void({params})>::value, "
+            f'"{name}: parameters differ from its declaration in gpu/signatures.py");'
+        )
+    return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def source(family, dtype, index_dtype):
+    """The full source text of one specialization: preamble, common.cuh, the family's file
+    with its ``#include "*.cuh"`` lines replaced by those headers from cuda/, and the
+    signature checks."""
+    dtype, index_dtype = np.dtype(dtype), np.dtype(index_dtype)
+    preamble = (
+        f"#define CSR_DTYPE {DTYPE_CODES[dtype]}\n#define CSR_IDX {INDEX_TYPES[index_dtype]}\n"
+        f"#define BLOCK_WARPS {BLOCK_WARPS}\n"
+    )
+    common = (_kernel_dir() / "common.cuh").read_text()
+    body = _INCLUDE.sub(
+        lambda m: f"// ---- {m.group(1)} ----\n" + (_kernel_dir() / m.group(1)).read_text(),
+        (_kernel_dir() / f"{family}.cu").read_text(),
+    )
+    return preamble + common + f"\n// ---- {family}.cu ----\n" + body + "\n" + _signature_checks(family)
+
+
+@functools.lru_cache(maxsize=None)
+def _module(family, dtype, index_dtype, device_id):
+    cupy = backend.cupy
+    try:
+        module = cupy.RawModule(code=source(family, dtype, index_dtype), options=COMPILE_OPTIONS)
+        module.compile()
+    except cupy.cuda.compiler.CompileException as error:
+        raise KernelCompileError(
+            f"compiling {label(family, dtype, index_dtype)} failed:\n{error.get_message()}"
+        ) from None
+    return module
+
+
+@functools.lru_cache(maxsize=None)
+def _function(name, dtype, index_dtype, device_id):
+    return _module(SIGNATURES[name].family, dtype, index_dtype, device_id).get_function(name)
+
+
+def kernel(name, dtype, index_dtype):
+    """The RawKernel ``name`` of its family's specialization, compiled once per device."""
+    return _function(name, np.dtype(dtype), np.dtype(index_dtype), backend.cupy.cuda.runtime.getDevice())
+
+
+# When set (the test suite does), every launch also checks each array argument's dtype
+# against its declared C type; off, a launch does no per-argument work beyond conversion.
+CHECK_ARGUMENT_DTYPES = False
+
+
+def _expected_dtype(ctype, dtype, index_dtype):
+    base = ctype.replace("const ", "").rstrip("*").strip()
+    accumulate = backend.accumulation_dtype(dtype)
+    return {
+        "scalar_t": np.dtype(dtype),
+        "acc_t": accumulate,
+        "lse_t": accumulate,
+        "SoftmaxState": accumulate,
+        "idx_t": np.dtype(index_dtype),
+        "i64": np.dtype(np.int64),
+    }[base]
+
+
+def _argument(param, value, dtype, index_dtype, name):
+    if param.is_pointer:
+        if value is None:
+            if not param.optional:
+                raise TypeError(f"internal: kernel {name} needs array {param.name}, got None")
+            return NULL
+        if CHECK_ARGUMENT_DTYPES and value.dtype != _expected_dtype(param.ctype, dtype, index_dtype):
+            raise TypeError(f"internal: kernel {name} takes {param.name} as {param.ctype}, got dtype {value.dtype}")
+        return value
+    if param.ctype == "i64":
+        return np.int64(value)
+    if param.ctype == "int":
+        return np.int32(value)
+    return backend.accumulation_dtype(dtype).type(value)  # acc_t
+
+
+# name -> (every parameter name, the names a launch must give)
+_PARAMETER_NAMES = {
+    name: (frozenset(p.name for p in sig.params), frozenset(p.name for p in sig.params if not p.optional))
+    for name, sig in SIGNATURES.items()
+}
+
+
+def launch(name, dtype, index_dtype, grid, **arguments):
+    """Launch kernel ``name`` with blocks of BLOCK_THREADS on CuPy's current stream, its
+    arguments given by their declared names (optional pointers may be left out); nothing is
+    launched when the grid is empty."""
+    if grid[0] == 0:
+        return
+    known, required = _PARAMETER_NAMES[name]
+    if not (arguments.keys() <= known and required <= arguments.keys()):
+        raise TypeError(
+            f"internal: kernel {name} got unknown arguments {sorted(arguments.keys() - known)} "
+            f"and lacks {sorted(required - arguments.keys())}"
+        )
+    args = tuple(_argument(p, arguments.get(p.name), dtype, index_dtype, name) for p in SIGNATURES[name].params)
+    kernel(name, dtype, index_dtype)(grid, (BLOCK_THREADS,), args)
+
+
+def warp_grid(num_warps):
+    """Grid of BLOCK_WARPS-warp blocks covering num_warps warps."""
+    return ((num_warps + BLOCK_WARPS - 1) // BLOCK_WARPS,)
+
+
+def thread_grid(num_threads):
+    """Grid of BLOCK_THREADS-thread blocks covering num_threads threads."""
+    return ((num_threads + BLOCK_THREADS - 1) // BLOCK_THREADS,)
+
+
+def compile_family(family, dtypes=None, index_dtypes=None):
+    """Compile (or load from CuPy's disk cache) one family's specializations on the current device."""
+    dtypes = DTYPE_CODES if dtypes is None else [np.dtype(d) for d in dtypes]
+    index_dtypes = INDEX_TYPES if index_dtypes is None else [np.dtype(d) for d in index_dtypes]
+    for dtype in dtypes:
+        for index_dtype in index_dtypes:
+            for name in FAMILIES[family]:
+                kernel(name, dtype, index_dtype)
+
+
+def compile_for_arch(family, dtype, index_dtype, arch):
+    """Compile one specialization to machine code for ``arch`` (e.g. "sm_90") with NVRTC, no GPU needed.
+
+    Returns (log, cubin bytes); raises KernelCompileError on an error, RuntimeError when
+    NVRTC cannot be loaded.
+    """
+    nvrtc = _nvrtc()
+    program = nvrtc.createProgram(source(family, dtype, index_dtype), f"{family}.cu", [], [])
+    options = [f"-arch={arch}", *COMPILE_OPTIONS]
+    try:
+        nvrtc.compileProgram(program, options)
+        return nvrtc.getProgramLog(program), nvrtc.getCUBIN(program)
+    except nvrtc.NVRTCError:
+        raise KernelCompileError(
+            f"compiling {label(family, dtype, index_dtype)} for {arch} failed:\n{nvrtc.getProgramLog(program)}"
+        ) from None
+    finally:
+        nvrtc.destroyProgram(program)
+
+
+def nvrtc_version():
+    """(major, minor) of the NVRTC that compile_for_arch uses; RuntimeError when it cannot be loaded."""
+    return tuple(_nvrtc().getVersion())
+
+
+def _nvrtc():
+    if backend.cupy is None:
+        raise RuntimeError("compiling kernels needs CuPy's NVRTC bindings; CuPy is not installed")
+    try:
+        # Imported here, not at the top: only this offline compile needs CuPy's NVRTC bindings.
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as error:
+        raise RuntimeError(f"NVRTC is not usable: {type(error).__name__}: {backend.first_line(error)}") from None
+    return nvrtc
+
+
+def scratch(shape, dtype):
+    """An uninitialized device array for a kernel's intermediate results."""
+    return backend.cupy.empty(shape, dtype)
+
+
+def vector_width(features, *arrays):
+    """Elements per vector load (4, 2 or 1) for rows of ``features`` elements of these arrays:
+    the widest that divides the row and keeps every row start aligned for its load size."""
+    for width in (4, 2):
+        if features % width == 0 and all(a.data.ptr % min(16, width * a.dtype.itemsize) == 0 for a in arrays):
+            return width
+    return 1

@@ -1,0 +1,60 @@
+"""Placement: moves one call's arrays to where it runs, in the layout the backends take."""
+
+from cupy_csrattn import _validate, backend
+
+
+class Placement:
+    """Where one call runs, and its arrays there in the canonical layout.
+
+    Backends see edge arrays as (E, H), node features as (N, H, F) and per-node scalars as
+    (N, H), all C-contiguous in one dtype, and write into outputs they are handed. For a
+    CSC/COO matrix given as the graph, ``edge_order`` maps graph edges to the matrix's
+    stored entries: edge inputs are gathered into graph order and edge outputs scattered back.
+    """
+
+    def __init__(self, graph, edge_order, arrays):
+        self.on_gpu = backend.uses_gpu(graph.device, [a for a in arrays if a is not None])
+        if self.on_gpu and not backend.gpu_available():
+            raise RuntimeError(f"CuPy input needs a usable CUDA device: {backend.gpu_status()[1]}")
+        self.graph = graph.to_gpu() if self.on_gpu else graph
+        self.xp = backend.array_module(self.on_gpu)
+        self.edge_order = backend.to_device(edge_order, self.on_gpu)
+        self._scatter = []
+
+    def run(self, op, *args):
+        """Compute registered op ``op`` on this call's device: its backend function with the
+        placed graph and ``args`` (canonical arrays, scalars, outputs)."""
+        op.backend(self.on_gpu)(self.graph, *args)
+
+    def node_input(self, x, dtype, heads, per_node_scalar=False):
+        """(N, H, F) view or copy of a node array; (N, H) when per_node_scalar."""
+        x = self.xp.ascontiguousarray(backend.to_device(x, self.on_gpu).astype(dtype, copy=False))
+        if heads is None:
+            x = x.reshape(x.shape[0], 1, *x.shape[1:]) if not per_node_scalar else x.reshape(-1, 1)
+        return x
+
+    def edge_input(self, x, dtype):
+        """(E, H) array in graph edge order."""
+        x = backend.to_device(x, self.on_gpu)
+        if self.edge_order is not None:
+            x = x[self.edge_order]
+        x = self.xp.ascontiguousarray(x.astype(dtype, copy=False))
+        return x.reshape(x.shape[0], 1) if x.ndim == 1 else x
+
+    def output(self, name, out, shape, dtype, canonical_shape, edge=False):
+        """(array handed to the backend, array returned to the caller)."""
+        if out is not None:
+            _validate.out_array(name, out, shape, dtype, self.on_gpu)
+        if edge and self.edge_order is not None:
+            result = out if out is not None else self.xp.empty(shape, dtype)
+            work = self.xp.empty(canonical_shape, dtype)
+            self._scatter.append((work, result))
+            return work, result
+        result = out if out is not None else self.xp.empty(shape, dtype)
+        return result.reshape(canonical_shape), result
+
+    def finish(self):
+        """Scatter edge outputs back into the matrix's stored order."""
+        for work, result in self._scatter:
+            result.reshape(work.shape)[self.edge_order] = work
+        self._scatter.clear()
