@@ -1,13 +1,16 @@
 """Backend parametrization: every test taking ``xp`` runs on NumPy and on CuPy.
 
 The CuPy run is skipped (reason printed in the header and in the skip summary) when
-CuPy is not importable or no GPU device is usable.
+CuPy is not importable or no GPU device is usable (cupy_csrattn.backend.gpu_status).
+Every GPU kernel launch in the tests checks its arguments' dtypes against the declared
+signatures (cupy_csrattn.gpu.kernels.CHECK_ARGUMENT_DTYPES).
 """
+
 import numpy as np
 import pytest
-
-import cupy_csrattn
 from helpers import cupy_or_reason
+
+from cupy_csrattn.gpu import kernels
 
 
 def pytest_report_header(config):
@@ -15,6 +18,15 @@ def pytest_report_header(config):
     if cupy is None:
         return f"cupy_csrattn backends: numpy only; cupy tests skipped: {reason}"
     return f"cupy_csrattn backends: numpy and cupy {cupy.__version__}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def check_kernel_argument_dtypes():
+    """Every kernel launch of the session checks its array arguments' dtypes."""
+    previous = kernels.CHECK_ARGUMENT_DTYPES
+    kernels.CHECK_ARGUMENT_DTYPES = True
+    yield
+    kernels.CHECK_ARGUMENT_DTYPES = previous
 
 
 @pytest.fixture(scope="session", params=["numpy", "cupy"])
@@ -26,9 +38,3 @@ def xp(request):
     if cupy is None:
         pytest.skip(reason)
     return cupy
-
-
-@pytest.fixture(scope="session")
-def api(xp):
-    """The cupy_csrattn namespace, for tests run on backend ``xp`` (every op has both backends)."""
-    return cupy_csrattn

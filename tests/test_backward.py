@@ -1,36 +1,47 @@
 """Every backward op: against the loop reference, and against central finite differences
 of the package's own forward in float64 (random directions on random graphs, and every
 coordinate on a tiny graph)."""
+
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from helpers import HYP_FEW
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import csr_graphs, heads, seeds
 
-from cases import CASE_BY_NAME, case_params, check_case
-from graphs import GraphData, csr_graphs, heads, hub, num_dst_of, seeds
-from helpers import HYP_FEW, array_module_of, make_graph, to_np, to_xp
+import cupy_csrattn as ca
+from cupy_csrattn.ops.registry import OPS
+from cupy_csrattn.testing.arrays import make_graph, to_xp
+from cupy_csrattn.testing.cases import CASE_BY_NAME, check_case
+from cupy_csrattn.testing.compare import array_module_of, to_np
+from cupy_csrattn.testing.graphs import GraphData, hub, num_dst_of
 
-BACKWARD = ("edge_softmax_backward", "spmm_backward", "sddmm_backward",
-            "attention_aggregate_backward", "graph_attention_backward", "gat_attention_backward")
-BACKWARD_CASES = case_params(*BACKWARD)
+# backward op -> its forward op, from the registry
+BACKWARD = {name: op.forward for name, op in OPS.items() if op.forward is not None}
 
 
 # ------------------------------------------------------------------ against the loop reference
 
-@pytest.mark.parametrize("case", ["edge_softmax_backward", "spmm_backward",
-                                  "attention_aggregate_backward", "gat_attention_backward"])
-def test_hub_row(xp, api, case):
-    check_case(xp, api, CASE_BY_NAME[case], hub(), None, 2, np.float64, seed=2)
+
+@pytest.mark.parametrize(
+    "case", ["edge_softmax_backward", "spmm_backward", "attention_aggregate_backward", "gat_attention_backward"]
+)
+def test_hub_row(xp, case):
+    check_case(xp, CASE_BY_NAME[case], hub(), None, 2, np.float64, seed=2)
 
 
 # ------------------------------------------------------------------ finite differences
 
+
 @dataclass(frozen=True)
 class FDCase:
-    """forward(api, g, x) -> output; backward(api, g, x, grad_out) -> {input name: gradient}."""
+    """forward(g, x) -> output; backward(g, x, grad_out) -> {input name: gradient}; op: the
+    forward op whose backward op is checked."""
+
     name: str
+    op: str
     make: object  # (rng, graph, H, F) -> {input name: float64 array}
     forward: object
     backward: object
@@ -48,13 +59,15 @@ def _shape(n, H, *rest):
 
 
 def _make_scores_values(rng, graph, H, F):
-    return {"scores": rng.standard_normal(_shape(len(graph.indices), H)) * 1.5,
-            "values": rng.standard_normal(_shape(graph.num_src, H, F))}
+    return {
+        "scores": rng.standard_normal(_shape(len(graph.indices), H)) * 1.5,
+        "values": rng.standard_normal(_shape(graph.num_src, H, F)),
+    }
 
 
-def _aggregate_backward_with_lse(api, g, x, go):
-    _, lse = api.attention_aggregate(g, x["scores"], x["values"], return_lse=True)
-    gs, gv = api.attention_aggregate_backward(g, x["scores"], x["values"], go, lse=lse)
+def _aggregate_backward_with_lse(g, x, go):
+    _, lse = ca.attention_aggregate(g, x["scores"], x["values"], return_lse=True)
+    gs, gv = ca.attention_aggregate_backward(g, x["scores"], x["values"], go, lse=lse)
     return {"scores": gs, "values": gv}
 
 
@@ -62,19 +75,21 @@ def _graph_attention_fd(scale):
     kw = {} if scale is None else {"scale": scale}
 
     def make(rng, graph, H, F):
-        return {"q": rng.standard_normal(_shape(_n(graph), H, F + 1)),
-                "k": rng.standard_normal(_shape(graph.num_src, H, F + 1)),
-                "v": rng.standard_normal(_shape(graph.num_src, H, F))}
+        return {
+            "q": rng.standard_normal(_shape(_n(graph), H, F + 1)),
+            "k": rng.standard_normal(_shape(graph.num_src, H, F + 1)),
+            "v": rng.standard_normal(_shape(graph.num_src, H, F)),
+        }
 
-    def forward(api, g, x):
-        return api.graph_attention(g, x["q"], x["k"], x["v"], **kw)
+    def forward(g, x):
+        return ca.graph_attention(g, x["q"], x["k"], x["v"], **kw)
 
-    def backward(api, g, x, go):
-        out, lse = api.graph_attention(g, x["q"], x["k"], x["v"], return_lse=True, **kw)
-        gq, gk, gv = api.graph_attention_backward(g, x["q"], x["k"], x["v"], out, go, lse, **kw)
+    def backward(g, x, go):
+        out, lse = ca.graph_attention(g, x["q"], x["k"], x["v"], return_lse=True, **kw)
+        gq, gk, gv = ca.graph_attention_backward(g, x["q"], x["k"], x["v"], out, go, lse, **kw)
         return {"q": gq, "k": gk, "v": gv}
 
-    return FDCase(f"graph_attention_scale={scale}", make, forward, backward)
+    return FDCase(f"graph_attention_scale={scale}", "graph_attention", make, forward, backward)
 
 
 def _gat_fd(slope):
@@ -86,24 +101,25 @@ def _gat_fd(slope):
         def near_lattice(shape, offset):
             return rng.integers(-2, 3, shape) + offset + 0.05 * rng.standard_normal(shape)
 
-        return {"a_dst": near_lattice(_shape(_n(graph), H), 0.3),
-                "a_src": near_lattice(_shape(graph.num_src, H), 0.4),
-                "values": rng.standard_normal(_shape(graph.num_src, H, F))}
+        return {
+            "a_dst": near_lattice(_shape(_n(graph), H), 0.3),
+            "a_src": near_lattice(_shape(graph.num_src, H), 0.4),
+            "values": rng.standard_normal(_shape(graph.num_src, H, F)),
+        }
 
-    def forward(api, g, x):
-        return api.gat_attention(g, x["a_dst"], x["a_src"], x["values"], **kw)
+    def forward(g, x):
+        return ca.gat_attention(g, x["a_dst"], x["a_src"], x["values"], **kw)
 
-    def backward(api, g, x, go):
-        out, lse = api.gat_attention(g, x["a_dst"], x["a_src"], x["values"], return_lse=True, **kw)
-        gd, gs, gv = api.gat_attention_backward(g, x["a_dst"], x["a_src"], x["values"], out, go,
-                                                lse, **kw)
+    def backward(g, x, go):
+        out, lse = ca.gat_attention(g, x["a_dst"], x["a_src"], x["values"], return_lse=True, **kw)
+        gd, gs, gv = ca.gat_attention_backward(g, x["a_dst"], x["a_src"], x["values"], out, go, lse, **kw)
         return {"a_dst": gd, "a_src": gs, "values": gv}
 
-    return FDCase(f"gat_attention_slope={slope}", make, forward, backward)
+    return FDCase(f"gat_attention_slope={slope}", "gat_attention", make, forward, backward)
 
 
-def _spmm_unweighted_backward(api, g, x, go):
-    grad_weights, grad_values = api.spmm_backward(g, None, x["values"], go)
+def _spmm_unweighted_backward(g, x, go):
+    grad_weights, grad_values = ca.spmm_backward(g, None, x["values"], go)
     assert grad_weights is None
     return {"values": grad_values}
 
@@ -113,45 +129,65 @@ def _sddmm_fd(op, scale):
 
     def make(rng, graph, H, F):
         tail = (F,) if op == "dot" else ()
-        return {"dst_feat": rng.standard_normal(_shape(_n(graph), H, *tail)),
-                "src_feat": rng.standard_normal(_shape(graph.num_src, H, *tail))}
+        return {
+            "dst_feat": rng.standard_normal(_shape(_n(graph), H, *tail)),
+            "src_feat": rng.standard_normal(_shape(graph.num_src, H, *tail)),
+        }
 
-    def forward(api, g, x):
-        return api.sddmm(g, x["dst_feat"], x["src_feat"], **kw)
+    def forward(g, x):
+        return ca.sddmm(g, x["dst_feat"], x["src_feat"], **kw)
 
-    def backward(api, g, x, go):
-        gd, gs = api.sddmm_backward(g, x["dst_feat"], x["src_feat"], go, **kw)
+    def backward(g, x, go):
+        gd, gs = ca.sddmm_backward(g, x["dst_feat"], x["src_feat"], go, **kw)
         return {"dst_feat": gd, "src_feat": gs}
 
-    return FDCase(f"sddmm_{op}_scale={scale}", make, forward, backward)
+    return FDCase(f"sddmm_{op}_scale={scale}", "sddmm", make, forward, backward)
 
 
 FD_CASES = [
-    FDCase("edge_softmax",
-           lambda rng, graph, H, F: {"scores": rng.standard_normal(_shape(len(graph.indices), H))},
-           lambda api, g, x: api.edge_softmax(g, x["scores"]),
-           lambda api, g, x, go: {"scores": api.edge_softmax_backward(
-               g, api.edge_softmax(g, x["scores"]), go)}),
-    FDCase("spmm",
-           lambda rng, graph, H, F: {"weights": rng.standard_normal(_shape(len(graph.indices), H)),
-                                     "values": rng.standard_normal(_shape(graph.num_src, H, F))},
-           lambda api, g, x: api.spmm(g, x["weights"], x["values"]),
-           lambda api, g, x, go: dict(zip(["weights", "values"],
-                                          api.spmm_backward(g, x["weights"], x["values"], go)))),
-    FDCase("spmm_unweighted",
-           lambda rng, graph, H, F: {"values": rng.standard_normal(_shape(graph.num_src, H, F))},
-           lambda api, g, x: api.spmm(g, None, x["values"]),
-           _spmm_unweighted_backward),
+    FDCase(
+        "edge_softmax",
+        "edge_softmax",
+        lambda rng, graph, H, F: {"scores": rng.standard_normal(_shape(len(graph.indices), H))},
+        lambda g, x: ca.edge_softmax(g, x["scores"]),
+        lambda g, x, go: {"scores": ca.edge_softmax_backward(g, ca.edge_softmax(g, x["scores"]), go)},
+    ),
+    FDCase(
+        "spmm",
+        "spmm",
+        lambda rng, graph, H, F: {
+            "weights": rng.standard_normal(_shape(len(graph.indices), H)),
+            "values": rng.standard_normal(_shape(graph.num_src, H, F)),
+        },
+        lambda g, x: ca.spmm(g, x["weights"], x["values"]),
+        lambda g, x, go: dict(zip(["weights", "values"], ca.spmm_backward(g, x["weights"], x["values"], go))),
+    ),
+    FDCase(
+        "spmm_unweighted",
+        "spmm",
+        lambda rng, graph, H, F: {"values": rng.standard_normal(_shape(graph.num_src, H, F))},
+        lambda g, x: ca.spmm(g, None, x["values"]),
+        _spmm_unweighted_backward,
+    ),
     _sddmm_fd("dot", None),
     _sddmm_fd("dot", 0.7),
     _sddmm_fd("add", None),
-    FDCase("attention_aggregate_lse=None", _make_scores_values,
-           lambda api, g, x: api.attention_aggregate(g, x["scores"], x["values"]),
-           lambda api, g, x, go: dict(zip(["scores", "values"], api.attention_aggregate_backward(
-               g, x["scores"], x["values"], go)))),
-    FDCase("attention_aggregate_lse=given", _make_scores_values,
-           lambda api, g, x: api.attention_aggregate(g, x["scores"], x["values"]),
-           _aggregate_backward_with_lse),
+    FDCase(
+        "attention_aggregate_lse=None",
+        "attention_aggregate",
+        _make_scores_values,
+        lambda g, x: ca.attention_aggregate(g, x["scores"], x["values"]),
+        lambda g, x, go: dict(
+            zip(["scores", "values"], ca.attention_aggregate_backward(g, x["scores"], x["values"], go))
+        ),
+    ),
+    FDCase(
+        "attention_aggregate_lse=given",
+        "attention_aggregate",
+        _make_scores_values,
+        lambda g, x: ca.attention_aggregate(g, x["scores"], x["values"]),
+        _aggregate_backward_with_lse,
+    ),
     _graph_attention_fd(None),
     _graph_attention_fd(0.3),
     _gat_fd(None),
@@ -159,16 +195,22 @@ FD_CASES = [
 ]
 FD_PARAMS = [pytest.param(c, id=c.name) for c in FD_CASES]
 
+
+def test_every_backward_op_has_finite_difference_cases():
+    assert BACKWARD, "the registry has no backward op"
+    assert {case.op for case in FD_CASES} == set(BACKWARD.values())
+
+
 STEP = 1e-6
 
 
-def _setup(xp, api, case, graph, H, F, seed):
+def _setup(xp, case, graph, H, F, seed):
     rng = np.random.default_rng(seed)
     x = case.make(rng, graph, H, F)
     g = make_graph(xp, graph)
-    out = to_np(case.forward(api, g, to_xp(xp, x)))
+    out = to_np(case.forward(g, to_xp(xp, x)))
     grad_out = rng.standard_normal(out.shape)
-    grads = case.backward(api, g, to_xp(xp, x), to_xp(xp, grad_out))
+    grads = case.backward(g, to_xp(xp, x), to_xp(xp, grad_out))
     assert sorted(grads) == sorted(x)
     for name, grad in grads.items():
         assert array_module_of(grad) == xp.__name__, name
@@ -176,19 +218,18 @@ def _setup(xp, api, case, graph, H, F, seed):
     grads = {name: to_np(grad) for name, grad in grads.items()}
 
     def loss(inputs):
-        return float(np.sum(to_np(case.forward(api, g, to_xp(xp, inputs))) * grad_out))
+        return float(np.sum(to_np(case.forward(g, to_xp(xp, inputs))) * grad_out))
 
     loss_scale = float(np.sum(np.abs(out * grad_out))) + 1.0
     return rng, x, grads, loss, loss_scale
 
 
 @pytest.mark.parametrize("case", FD_PARAMS)
-@given(graph=csr_graphs(hub_degrees=(100, 300)), H=heads, F=st.sampled_from([1, 2, 3]),
-       seed=seeds)
+@given(graph=csr_graphs(hub_degrees=(100, 300)), H=heads, F=st.sampled_from([1, 2, 3]), seed=seeds)
 @HYP_FEW
-def test_directional_derivatives(xp, api, case, graph, H, F, seed):
+def test_directional_derivatives(xp, case, graph, H, F, seed):
     """<grad, u> equals the central difference of sum(forward * grad_out) along u."""
-    rng, x, grads, loss, loss_scale = _setup(xp, api, case, graph, H, F, seed)
+    rng, x, grads, loss, loss_scale = _setup(xp, case, graph, H, F, seed)
     for name in x:
         for _ in range(2):
             u = rng.standard_normal(x[name].shape)
@@ -207,8 +248,8 @@ TINY = GraphData(np.array([0, 2, 2, 5, 6], np.int32), np.array([1, 0, 2, 2, 0, 1
 
 @pytest.mark.parametrize("H", [None, 2])
 @pytest.mark.parametrize("case", FD_PARAMS)
-def test_every_coordinate_on_tiny_graph(xp, api, case, H):
-    _, x, grads, loss, loss_scale = _setup(xp, api, case, TINY, H, 3, seed=7)
+def test_every_coordinate_on_tiny_graph(xp, case, H):
+    _, x, grads, loss, loss_scale = _setup(xp, case, TINY, H, 3, seed=7)
     for name in x:
         numeric = np.zeros_like(x[name])
         for i in range(x[name].size):
@@ -218,8 +259,9 @@ def test_every_coordinate_on_tiny_graph(xp, api, case, H):
             plus[name] = x[name] + step
             minus[name] = x[name] - step
             numeric.flat[i] = (loss(plus) - loss(minus)) / (2 * STEP)
-        np.testing.assert_allclose(grads[name], numeric, rtol=1e-6, atol=1e-8 * loss_scale,
-                                   equal_nan=False, err_msg=name)
+        np.testing.assert_allclose(
+            grads[name], numeric, rtol=1e-6, atol=1e-8 * loss_scale, equal_nan=False, err_msg=name
+        )
     # sources 0..2 are all used and row 1 is empty: gradients of unused nodes are exactly 0
     for name in ("a_dst", "q", "dst_feat"):
         if name in grads:

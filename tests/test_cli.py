@@ -1,5 +1,7 @@
 """The csrattn command (info, check, bench) on the CPU backend, and the benchmark machinery
 it shares with benchmarks/bench_gpu.py."""
+
+import dataclasses
 import importlib.util
 import io
 import json
@@ -7,14 +9,17 @@ import os
 import pathlib
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
 
 import cupy_csrattn as ca
-from cupy_csrattn import benchmark as bm
-from cupy_csrattn import cli, datasets
+from cupy_csrattn import backend, cli, datasets
+from cupy_csrattn import bench as bm
+from cupy_csrattn.bench import baselines
+from cupy_csrattn.cli import opcheck
+from cupy_csrattn.gpu import kernels
+from cupy_csrattn.ops.registry import OPS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -23,8 +28,14 @@ def run_module(*args, env=None):
     """python -m cupy_csrattn.cli ARGS in a fresh process (stderr is a pipe: no progress bar)."""
     environment = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     environment.update(env or {})
-    return subprocess.run([sys.executable, "-m", "cupy_csrattn.cli", *args], capture_output=True, text=True,
-                          env=environment, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "cupy_csrattn.cli", *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def run_main(capsys, *args):
@@ -42,6 +53,7 @@ def one_line(text):
 
 # ---------------------------------------------------------------------------------------
 # The command line itself
+
 
 def test_help_in_a_fresh_process():
     result = run_module("--help")
@@ -64,17 +76,20 @@ def test_version(capsys):
     assert status == 0 and ca.__version__ in out
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["bench", "--heads", "0"], "--heads"),
-    (["bench", "--dtype", "float8"], "invalid choice"),
-    (["bench", "--ops", "softmax"], "--ops"),
-    (["check", "--bogus"], "unrecognized arguments"),
-    (["frobnicate"], "invalid choice"),
-    ([], "choose a command"),
-    (["bench", "--graph", "rmat:x"], "bad graph spec"),
-    (["bench", "--graph", "uniform:10"], "uniform:N,DEG"),
-    (["bench", "--graph", "/no/such/graph.mtx"], "/no/such/graph.mtx"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["bench", "--heads", "0"], "--heads"),
+        (["bench", "--dtype", "float8"], "invalid choice"),
+        (["bench", "--ops", "softmax"], "--ops"),
+        (["check", "--bogus"], "unrecognized arguments"),
+        (["frobnicate"], "invalid choice"),
+        ([], "choose a command"),
+        (["bench", "--graph", "rmat:x"], "bad graph spec"),
+        (["bench", "--graph", "uniform:10"], "uniform:N,DEG"),
+        (["bench", "--graph", "/no/such/graph.mtx"], "/no/such/graph.mtx"),
+    ],
+)
 def test_usage_errors_exit_2_with_one_line(capsys, args, fragment):
     status, _, err = run_main(capsys, *args)
     assert status == 2
@@ -92,6 +107,7 @@ def test_usage_error_in_a_fresh_process():
 # ---------------------------------------------------------------------------------------
 # info
 
+
 def test_info_reports_versions_and_backend(capsys, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -100,10 +116,22 @@ def test_info_reports_versions_and_backend(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("CUPY_CACHE_DIR", str(cache))
     status, out, err = run_main(capsys, "info")
     assert status == 0 and err == ""
-    for fragment in (f"cupy_csrattn {ca.__version__}", "NumPy", np.__version__, "SciPy", "CuPy",
-                     "Kernels", "softmax", "aggregate", "sddmm", str(cache), "2 files", "softmax 1"):
+    for fragment in (
+        f"cupy_csrattn {ca.__version__}",
+        "NumPy",
+        np.__version__,
+        "SciPy",
+        "CuPy",
+        "Kernels",
+        "softmax",
+        "aggregate",
+        "sddmm",
+        str(cache),
+        "2 files",
+        "softmax 1",
+    ):
         assert fragment in out, fragment
-    if not bm.gpu_usable()[0]:
+    if not backend.gpu_status()[0]:
         assert "no usable GPU" in out and "CPU backend" in out
 
 
@@ -122,6 +150,7 @@ def test_info_json(capsys, tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------
 # check
 
+
 def test_check_quick_on_the_cpu_backend_in_a_fresh_process():
     result = run_module("check", "--quick", "--cpu", "--no-compile")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -133,15 +162,18 @@ def test_check_quick_on_the_cpu_backend_in_a_fresh_process():
 
 
 def test_check_reports_a_mismatch_and_exits_1(capsys, monkeypatch):
-    import cupy_csrattn.cpu.softmax as cpu_softmax
-    original = cpu_softmax.edge_softmax
+    entry = OPS["edge_softmax"]
+    original = entry.cpu
 
     def wrong(graph, scores, out):
         original(graph, scores, out)
         if out.size:
             out.reshape(-1)[-1] += 0.5
 
-    monkeypatch.setattr(cpu_softmax, "edge_softmax", wrong)
+    # the ops run the CPU function their registry entry holds
+    patched = dataclasses.replace(entry, cpu=wrong)
+    monkeypatch.setitem(OPS, "edge_softmax", patched)
+    monkeypatch.setattr(ca.edge_softmax, "op", patched)
     status, out, _ = run_main(capsys, "check", "--quick", "--cpu", "--no-compile")
     assert status == 1
     assert "check FAILED" in out
@@ -151,20 +183,20 @@ def test_check_reports_a_mismatch_and_exits_1(capsys, monkeypatch):
 
 def test_check_compiles_through_real_nvrtc_when_present(capsys):
     try:
-        cli._nvrtc_version()
+        kernels.nvrtc_version()
     except Exception as error:
         pytest.skip(f"NVRTC is not usable here: {type(error).__name__}")
-    from cupy_csrattn import _kernels
     status, out, _ = run_main(capsys, "check", "--quick", "--cpu")
     assert status == 0, out
-    count = len(_kernels.ENTRY_POINTS)
+    count = len(kernels.FAMILIES)
     assert f"{count} of {count} kernel specializations compile for sm_90" in out
 
 
 def test_check_without_nvrtc_says_so(capsys, monkeypatch):
     def missing():
         raise ImportError("No module named 'cupy_backends'")
-    monkeypatch.setattr(cli, "_nvrtc_version", missing)
+
+    monkeypatch.setattr(kernels, "nvrtc_version", missing)
     status, out, _ = run_main(capsys, "check", "--quick", "--cpu")
     assert status == 0
     assert "kernel compilation not checked: NVRTC is not available" in out
@@ -172,28 +204,29 @@ def test_check_without_nvrtc_says_so(capsys, monkeypatch):
 
 
 def fake_compile(fail_family=None, drop_entry=None):
-    from cupy_csrattn import _kernels
     calls = []
 
     def compile_for_arch(family, dtype, index_dtype, arch):
         calls.append((family, np.dtype(dtype).name, np.dtype(index_dtype).name, arch))
         if family == fail_family:
-            raise _kernels.KernelCompileError(f"compiling {family}.cu [{np.dtype(dtype).name}, "
-                                              f"{np.dtype(index_dtype).name}] for {arch} failed:\nerror: x")
-        names = [n for n in _kernels.ENTRY_POINTS[family] if n != drop_entry]
+            raise kernels.KernelCompileError(
+                f"compiling {family}.cu [{np.dtype(dtype).name}, "
+                f"{np.dtype(index_dtype).name}] for {arch} failed:\nerror: x"
+            )
+        names = [n for n in kernels.FAMILIES[family] if n != drop_entry]
         return "", b"\0" + b"\0".join(n.encode() for n in names) + b"\0"
+
     return compile_for_arch, calls
 
 
 @pytest.mark.parametrize("quick", [True, False])
 def test_check_compiles_every_specialization_through_nvrtc(capsys, monkeypatch, quick):
-    from cupy_csrattn import _kernels
     # --quick: one specialization per family (float32, int32); else all of them
-    count = len(_kernels.ENTRY_POINTS) if quick else len(_kernels.specializations())
+    count = len(kernels.FAMILIES) if quick else len(kernels.specializations())
     compile_for_arch, calls = fake_compile()
-    monkeypatch.setattr(cli, "_nvrtc_version", lambda: "12.9")
-    monkeypatch.setattr(_kernels, "compile_for_arch", compile_for_arch)
-    monkeypatch.setattr(cli, "_check_ops", lambda *args: ({}, []))  # the compile step only
+    monkeypatch.setattr(kernels, "nvrtc_version", lambda: (12, 9))
+    monkeypatch.setattr(kernels, "compile_for_arch", compile_for_arch)
+    monkeypatch.setattr(opcheck, "check_ops", lambda *args: ({}, []))  # the compile step only
     args = ["check", "--cpu", "--arch", "sm_80"] + (["--quick"] if quick else [])
     status, out, _ = run_main(capsys, *args)
     assert status == 0, out
@@ -203,63 +236,84 @@ def test_check_compiles_every_specialization_through_nvrtc(capsys, monkeypatch, 
 
 
 def test_check_reports_compile_failures(capsys, monkeypatch):
-    from cupy_csrattn import _kernels
-    monkeypatch.setattr(cli, "_nvrtc_version", lambda: "12.9")
-    monkeypatch.setattr(cli, "_check_ops", lambda *args: ({}, []))
-    monkeypatch.setattr(_kernels, "compile_for_arch", fake_compile(fail_family="sddmm")[0])
+    monkeypatch.setattr(kernels, "nvrtc_version", lambda: (12, 9))
+    monkeypatch.setattr(opcheck, "check_ops", lambda *args: ({}, []))
+    monkeypatch.setattr(kernels, "compile_for_arch", fake_compile(fail_family="sddmm")[0])
     status, out, _ = run_main(capsys, "check", "--cpu", "--quick")
     assert status == 1
     assert "check FAILED" in out and "sddmm.cu [float32, int32]" in out
-    dropped = _kernels.ENTRY_POINTS["softmax"][-1]
-    monkeypatch.setattr(_kernels, "compile_for_arch", fake_compile(drop_entry=dropped)[0])
+    dropped = kernels.FAMILIES["softmax"][-1]
+    monkeypatch.setattr(kernels, "compile_for_arch", fake_compile(drop_entry=dropped)[0])
     status, out, _ = run_main(capsys, "check", "--cpu", "--quick")
     assert status == 1
     assert f"entry points missing from the binary: {dropped}" in out
 
 
 def test_check_gpu_path_with_a_fake_device(monkeypatch):
-    """The GPU branch of the op check, with NumPy standing in for CuPy: results that agree
-    pass, and an op without a GPU kernel is counted as such, not as a failure."""
-    class FakeDeviceArray(np.ndarray):
-        pass
-
-    fake_cupy = types.SimpleNamespace(asarray=lambda a: np.asarray(a).view(FakeDeviceArray),
-                                      asnumpy=lambda a: np.asarray(a))
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
-    monkeypatch.setattr(ca.CSRGraph, "to_gpu", lambda self: self)
-    small_graphs = cli._check_graphs
-    monkeypatch.setattr(cli, "_check_graphs", lambda rng, gpu, quick: small_graphs(rng, False, True))
-    original = ca.graph_attention
-
-    def without_kernel(graph, *arrays, **kwargs):
-        if any(isinstance(a, FakeDeviceArray) for a in arrays):
-            raise NotImplementedError("graph_attention has no GPU kernel yet")
-        return original(graph, *arrays, **kwargs)
-
-    monkeypatch.setattr(ca, "graph_attention", without_kernel)
-    summary, failures = cli._check_ops(True, True, 0, False)
+    """The GPU branch of the op check, with NumPy standing in for CuPy (every op has a GPU
+    kernel now: there is no "no GPU kernel" count): results that agree pass, and results
+    that differ from the CPU backend's fail."""
+    small_graphs = opcheck.check_graphs
+    monkeypatch.setattr(opcheck, "check_graphs", lambda seed, on_gpu, quick: small_graphs(seed, False, True))
+    summary, failures = opcheck.check_ops(np, True, 0, False)
     assert failures == []
-    assert summary["graph_attention"]["no_kernel"] == summary["graph_attention"]["cases"] > 0
-    for op in ("spmm", "graph_attention_backward", "edge_softmax"):
+    for op in ("spmm", "graph_attention", "graph_attention_backward", "edge_softmax"):
         assert summary[op]["ok"] == summary[op]["cases"] > 0
+    real_to_xp = opcheck.to_xp
+
+    def shifted(xp, a):  # the "device" gets other inputs than the CPU backend: its results differ
+        a = real_to_xp(xp, a)
+        if not isinstance(a, tuple):
+            return a
+        a = tuple(x.copy() if isinstance(x, np.ndarray) else x for x in a)
+        first = next((x for x in a if isinstance(x, np.ndarray) and x.size), None)
+        if first is not None:
+            first.reshape(-1)[0] += 0.5
+        return a
+
+    monkeypatch.setattr(opcheck, "to_xp", shifted)
+    summary, failures = opcheck.check_ops(np, True, 0, False)
+    assert summary["edge_softmax"]["mismatch"] > 0
+    assert any(line.startswith("edge_softmax on random+hub") and "max error" in line for line in failures)
 
 
 def test_check_compare_rules():
-    assert cli._compare(np.array([1.0, 2.0]), np.array([1.0, 2.0 + 1e-7]), 1e-5) is None
-    assert "max error" in cli._compare(np.array([1.0, 2.0]), np.array([1.0, 2.1]), 1e-5)
-    assert "NaN" in cli._compare(np.array([np.nan]), np.array([np.nan]), 1e-5)
-    assert cli._compare(np.array([-np.inf, 0.0]), np.array([-np.inf, 0.0]), 1e-5) is None
-    assert "infinity" in cli._compare(np.array([0.0]), np.array([-np.inf]), 1e-5)
+    # float32: testing.compare's tolerance 1e-5
+    assert opcheck.compare_arrays(np.array([1.0, 2.0]), np.array([1.0, 2.0 + 1e-7]), np.float32) is None
+    assert "max error" in opcheck.compare_arrays(np.array([1.0, 2.0]), np.array([1.0, 2.1]), np.float32)
+    assert "NaN" in opcheck.compare_arrays(np.array([np.nan]), np.array([np.nan]), np.float32)
+    assert opcheck.compare_arrays(np.array([-np.inf, 0.0]), np.array([-np.inf, 0.0]), np.float32) is None
+    assert "infinity" in opcheck.compare_arrays(np.array([0.0]), np.array([-np.inf]), np.float32)
 
 
 # ---------------------------------------------------------------------------------------
 # bench
 
+
 def test_bench_tiny_graph_writes_json(capsys, tmp_path):
-    status, out, err = run_main(capsys, "bench", "--graph", "uniform:300,4", "rmat:6",
-                                "--ops", "edge_softmax", "spmm", "attention_aggregate",
-                                "--heads", "1", "2", "--features", "8", "--repeat", "1",
-                                "--device", "cpu", "--out", str(tmp_path), "--no-plot")
+    status, out, err = run_main(
+        capsys,
+        "bench",
+        "--graph",
+        "uniform:300,4",
+        "rmat:6",
+        "--ops",
+        "edge_softmax",
+        "spmm",
+        "attention_aggregate",
+        "--heads",
+        "1",
+        "2",
+        "--features",
+        "8",
+        "--repeat",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+        "--no-plot",
+    )
     assert status == 0, err
     assert "CPU backend" in out
     assert "uniform-300x4" in out and "rmat-6" in out
@@ -279,8 +333,20 @@ def test_bench_tiny_graph_writes_json(capsys, tmp_path):
 
 
 def test_bench_plots_or_says_why_not(capsys, tmp_path):
-    status, out, _ = run_main(capsys, "bench", "--graph", "uniform:100,3", "--ops", "edge_softmax",
-                              "--repeat", "1", "--device", "cpu", "--out", str(tmp_path))
+    status, out, _ = run_main(
+        capsys,
+        "bench",
+        "--graph",
+        "uniform:100,3",
+        "--ops",
+        "edge_softmax",
+        "--repeat",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+    )
     assert status == 0
     if bm.matplotlib_available():
         assert (tmp_path / "bench_uniform-100x3.png").stat().st_size > 0
@@ -292,21 +358,34 @@ def test_bench_plots_or_says_why_not(capsys, tmp_path):
 def test_bench_graph_file_and_malformed_file(capsys, tmp_path):
     good = tmp_path / "tiny.txt"
     good.write_text("0 1\n1 2\n2 0\n3 1\n")
-    status, out, err = run_main(capsys, "bench", "--graph", str(good), "--ops", "spmm", "--repeat", "1",
-                                "--device", "cpu", "--heads", "1", "--features", "4")
+    status, out, err = run_main(
+        capsys,
+        "bench",
+        "--graph",
+        str(good),
+        "--ops",
+        "spmm",
+        "--repeat",
+        "1",
+        "--device",
+        "cpu",
+        "--heads",
+        "1",
+        "--features",
+        "4",
+    )
     assert status == 0, err
     assert "tiny: 4 rows, 4 edges" in out
     assert "results not written" in out
     bad = tmp_path / "bad.txt"
     bad.write_text("0 1\n1 two\n")
-    status, _, err = run_main(capsys, "bench", "--graph", str(bad), "--ops", "spmm", "--repeat", "1",
-                              "--device", "cpu")
+    status, _, err = run_main(capsys, "bench", "--graph", str(bad), "--ops", "spmm", "--repeat", "1", "--device", "cpu")
     assert status == 1
     assert f"{bad}:2:" in one_line(err)
 
 
 def test_bench_device_gpu_without_gpu(capsys):
-    if bm.gpu_usable()[0]:
+    if backend.gpu_status()[0]:
         pytest.skip("a GPU is usable here")
     status, _, err = run_main(capsys, "bench", "--device", "gpu", "--graph", "uniform:10,2")
     assert status == 1
@@ -315,6 +394,7 @@ def test_bench_device_gpu_without_gpu(capsys):
 
 # ---------------------------------------------------------------------------------------
 # Progress bar
+
 
 def test_progress_bar_draws_only_when_enabled():
     stream = io.StringIO()
@@ -332,6 +412,7 @@ def test_progress_bar_draws_only_when_enabled():
 
 # ---------------------------------------------------------------------------------------
 # Benchmark machinery (CPU parts)
+
 
 def test_graph_specs():
     name, build = bm.graph_from_spec("rmat:8")
@@ -357,8 +438,10 @@ def test_file_graphs_are_made_square(tmp_path):
 
 def test_make_cases_skips_features_for_edge_only_ops():
     cases = bm.make_cases(["edge_softmax", "spmm"], ["float32"], [1, 8], [16, 64])
-    assert [c for c in cases if c.op == "edge_softmax"] == [bm.Case("edge_softmax", "float32", 1, 0),
-                                                           bm.Case("edge_softmax", "float32", 8, 0)]
+    assert [c for c in cases if c.op == "edge_softmax"] == [
+        bm.Case("edge_softmax", "float32", 1, 0),
+        bm.Case("edge_softmax", "float32", 8, 0),
+    ]
     assert len([c for c in cases if c.op == "spmm"]) == 4
     with pytest.raises(ValueError, match="unknown op"):
         bm.make_cases(["nope"], ["float32"], [1], [1])
@@ -370,13 +453,13 @@ def test_byte_counts_are_the_gpu_benchmark_formulas():
     for dtype, H, F in (("float32", 8, 16), ("float16", 1, 64)):
         isz = np.dtype(dtype).itemsize
         gather = E * (idx + H * isz + H * F * isz) + N * H * F * isz
-        backward = (E * (2 * idx + 8 + 2 * H * isz + 2 * H * F * isz) + 2 * N * H * F * isz + E * H * isz)
-        assert bm.op_bytes("edge_softmax", graph, dtype, H, 0) == 2 * E * H * isz + graph.indptr.nbytes
-        assert bm.op_bytes("edge_softmax_backward", graph, dtype, H, 0) == 3 * E * H * isz + graph.indptr.nbytes
-        assert bm.op_bytes("attention_aggregate", graph, dtype, H, F) == gather
-        assert bm.op_bytes("spmm", graph, dtype, H, F) == gather
-        assert bm.op_bytes("attention_aggregate_backward", graph, dtype, H, F) == backward
-        assert bm.op_bytes("spmm_backward", graph, dtype, H, F) == backward
+        backward = E * (2 * idx + 8 + 2 * H * isz + 2 * H * F * isz) + 2 * N * H * F * isz + E * H * isz
+        assert OPS["edge_softmax"].bytes(graph, dtype, H, 0) == 2 * E * H * isz + graph.indptr.nbytes
+        assert OPS["edge_softmax_backward"].bytes(graph, dtype, H, 0) == 3 * E * H * isz + graph.indptr.nbytes
+        assert OPS["attention_aggregate"].bytes(graph, dtype, H, F) == gather
+        assert OPS["spmm"].bytes(graph, dtype, H, F) == gather
+        assert OPS["attention_aggregate_backward"].bytes(graph, dtype, H, F) == backward
+        assert OPS["spmm_backward"].bytes(graph, dtype, H, F) == backward
 
 
 def test_cpu_baselines_compute_the_same_thing():
@@ -390,21 +473,27 @@ def test_cpu_baselines_compute_the_same_thing():
     grads = rng.standard_normal((graph.num_edges, 3))
     values = rng.standard_normal((50, 3, 4))
     probs = ca.edge_softmax(graph, scores)
-    assert np.allclose(bm.numpy_softmax(graph, rows, scores), probs)
-    assert np.allclose(bm.numpy_softmax_backward(graph, rows, probs, grads),
-                       ca.edge_softmax_backward(graph, probs, grads))
-    assert np.allclose(bm.scipy_spmm(graph, scores, values), ca.spmm(graph, scores, values))
-    assert np.allclose(bm.numpy_scipy_aggregate(graph, rows, scores, values),
-                       ca.attention_aggregate(graph, scores, values))
-    assert np.allclose(bm.composed_edge_dot(graph, rows, values, values, 0.5),
-                       ca.sddmm(graph, values, values, scale=0.5))
+    assert np.allclose(baselines.numpy_softmax(graph, rows, scores), probs)
+    assert np.allclose(
+        baselines.numpy_softmax_backward(graph, rows, probs, grads), ca.edge_softmax_backward(graph, probs, grads)
+    )
+    assert np.allclose(baselines.scipy_spmm(graph, scores, values), ca.spmm(graph, scores, values))
+    assert np.allclose(
+        baselines.numpy_scipy_aggregate(graph, rows, scores, values), ca.attention_aggregate(graph, scores, values)
+    )
+    assert np.allclose(
+        baselines.composed_edge_dot(graph, rows, values, values, 0.5), ca.sddmm(graph, values, values, scale=0.5)
+    )
 
 
 def test_format_table_and_json(tmp_path):
-    records = [dict(graph="g", op="spmm", dtype="float32", H=1, F=8, method=m, ms=ms, roofline_fraction=0.5)
-               for m, ms in (("csrattn", 1.0), ("scipy", 3.0))]
-    table = bm.format_table(records, [dict(graph="g", op="sddmm", dtype="float32", H=1, F=8, method="csrattn",
-                                           reason="no GPU kernel yet")])
+    records = [
+        dict(graph="g", op="spmm", dtype="float32", H=1, F=8, method=m, ms=ms, roofline_fraction=0.5)
+        for m, ms in (("csrattn", 1.0), ("scipy", 3.0))
+    ]
+    table = bm.format_table(
+        records, [dict(graph="g", op="sddmm", dtype="float32", H=1, F=8, method="csrattn", reason="no GPU kernel yet")]
+    )
     assert "3.00x" in table and "no GPU kernel yet" in table
     path = bm.write_json(tmp_path / "sub" / "r.json", {"records": records})
     assert json.loads(path.read_text())["records"][1]["ms"] == 3.0
@@ -416,17 +505,27 @@ def test_bench_gpu_script_keeps_its_cases_and_command_line():
     spec.loader.exec_module(module)  # importable without CuPy
     cases = [(c.op, c.dtype, c.H, c.F, c.baselines) for c in module.cases()]
     assert cases == [
-        ("edge_softmax", "float32", 8, 0, True), ("edge_softmax_backward", "float32", 8, 0, False),
-        ("edge_softmax", "float32", 1, 0, True), ("edge_softmax_backward", "float32", 1, 0, False),
+        ("edge_softmax", "float32", 8, 0, True),
+        ("edge_softmax_backward", "float32", 8, 0, False),
+        ("edge_softmax", "float32", 1, 0, True),
+        ("edge_softmax_backward", "float32", 1, 0, False),
         ("edge_softmax", "float16", 8, 0, False),
-        ("attention_aggregate", "float32", 1, 64, True), ("attention_aggregate_backward", "float32", 1, 64, False),
-        ("spmm", "float32", 1, 64, True), ("spmm_backward", "float32", 1, 64, False),
-        ("attention_aggregate", "float32", 8, 16, True), ("attention_aggregate_backward", "float32", 8, 16, False),
-        ("spmm", "float32", 8, 16, True), ("spmm_backward", "float32", 8, 16, False),
+        ("attention_aggregate", "float32", 1, 64, True),
+        ("attention_aggregate_backward", "float32", 1, 64, False),
+        ("spmm", "float32", 1, 64, True),
+        ("spmm_backward", "float32", 1, 64, False),
+        ("attention_aggregate", "float32", 8, 16, True),
+        ("attention_aggregate_backward", "float32", 8, 16, False),
+        ("spmm", "float32", 8, 16, True),
+        ("spmm_backward", "float32", 8, 16, False),
         ("attention_aggregate", "float16", 8, 16, False),
     ]
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--help"],
-                            capture_output=True, text=True, timeout=60,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert result.returncode == 0
     assert "--quick" in result.stdout and "--only" in result.stdout

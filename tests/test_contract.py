@@ -1,12 +1,19 @@
-"""Every call form of every op (tests/cases.py) against the per-row loop reference, on
-hypothesis-generated graphs and on the named graphs that break kernels."""
+"""Every call form of every op (cupy_csrattn.testing.cases) against the per-row loop
+reference, on hypothesis-generated graphs and on the named graphs that break kernels; and
+the op registry against the case table, the reference, the public names and the kernels."""
+
 import numpy as np
 import pytest
+from helpers import HYP, case_params
 from hypothesis import given
+from strategies import csr_graphs, features, float_dtypes, heads, seeds
 
-from cases import case_params, check_case
-from graphs import SMALL_GRAPH_NAMES, csr_graphs, features, float_dtypes, heads, named_graph, seeds
-from helpers import HYP
+import cupy_csrattn as ca
+import cupy_csrattn.testing.reference as ref
+from cupy_csrattn.gpu import kernels
+from cupy_csrattn.ops import registry
+from cupy_csrattn.testing.cases import CASES, check_case
+from cupy_csrattn.testing.graphs import SMALL_GRAPH_NAMES, named_graph
 
 ALL_CASES = case_params()
 
@@ -14,13 +21,48 @@ ALL_CASES = case_params()
 @pytest.mark.parametrize("case", ALL_CASES)
 @given(graph=csr_graphs(), H=heads, F=features, dtype=float_dtypes, seed=seeds)
 @HYP
-def test_random_graphs(xp, api, case, graph, H, F, dtype, seed):
-    check_case(xp, api, case, graph, H, F, dtype, seed)
+def test_random_graphs(xp, case, graph, H, F, dtype, seed):
+    check_case(xp, case, graph, H, F, dtype, seed)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("H", [None, 1, 3])
 @pytest.mark.parametrize("name", SMALL_GRAPH_NAMES)
 @pytest.mark.parametrize("case", ALL_CASES)
-def test_named_graphs(xp, api, case, name, H, dtype):
-    check_case(xp, api, case, named_graph(name), H, 5, dtype, seed=1)
+def test_named_graphs(xp, case, name, H, dtype):
+    check_case(xp, case, named_graph(name), H, 5, dtype, seed=1)
+
+
+# ------------------------------------------------------------------ the op registry
+
+
+@pytest.mark.parametrize("name", list(registry.OPS))
+def test_registered_op_has_cases_and_a_reference(name):
+    assert any(case.op == name for case in CASES), f"op {name} has no case in testing.cases.CASES"
+    assert callable(getattr(ref, name, None)), f"op {name} has no function in testing.reference"
+
+
+def test_every_case_names_a_registered_op():
+    unregistered = sorted({case.name for case in CASES if case.op not in registry.OPS})
+    assert not unregistered, f"cases of unregistered ops: {unregistered}"
+
+
+# Public names of cupy_csrattn that are not ops; every other name in __all__ is an op.
+NOT_OPS = {"CSRGraph", "warmup"}
+
+
+def test_registered_ops_are_exactly_the_public_ops():
+    assert NOT_OPS <= set(ca.__all__)
+    missing = sorted(set(registry.OPS) - set(ca.__all__))
+    assert not missing, f"registered ops not exported in cupy_csrattn.__all__: {missing}"
+    unregistered = sorted(set(ca.__all__) - NOT_OPS - set(registry.OPS))
+    assert not unregistered, f"public ops not in the registry: {unregistered}"
+    for name, op in registry.OPS.items():
+        assert op.name == name and getattr(ca, name) is op.function, name
+        assert op.forward is None or op.forward in registry.OPS, name
+
+
+def test_kernel_families_are_the_declared_families():
+    families = registry.kernel_families()
+    assert len(families) == len(set(families))
+    assert set(families) == set(kernels.FAMILIES)

@@ -1,5 +1,6 @@
 """cupy_csrattn.datasets: generators (shapes, seeds, degree distributions) and loaders
 (Matrix Market, .npz, edge lists), including malformed files named by file and line."""
+
 import gzip
 import re
 
@@ -15,8 +16,9 @@ from cupy_csrattn import datasets
 def dense(graph, values=None):
     """The graph as a dense (num_dst, num_src) matrix summing values (ones by default)."""
     data = np.ones(graph.num_edges) if values is None else np.asarray(values)
-    return scipy.sparse.csr_array((data, np.asarray(graph.indices), np.asarray(graph.indptr)),
-                                  shape=graph.shape).toarray()
+    return scipy.sparse.csr_array(
+        (data, np.asarray(graph.indices), np.asarray(graph.indptr)), shape=graph.shape
+    ).toarray()
 
 
 def rows_of(graph):
@@ -24,8 +26,7 @@ def rows_of(graph):
 
 
 def same_graph(a, b):
-    return (a.shape == b.shape and np.array_equal(a.indptr, b.indptr)
-            and np.array_equal(a.indices, b.indices))
+    return a.shape == b.shape and np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
 
 
 def write(path, text):
@@ -40,6 +41,7 @@ def error_at(path, line):
 
 # ---------------------------------------------------------------------------------------
 # uniform_graph
+
 
 def test_uniform_degrees_exact_and_shape():
     g = datasets.uniform_graph(500, 7, seed=3)
@@ -72,6 +74,7 @@ def test_uniform_bad_arguments():
 # ---------------------------------------------------------------------------------------
 # rmat_graph
 
+
 @pytest.fixture(scope="module")
 def rmat14():
     return datasets.rmat_graph(14, seed=5)
@@ -89,8 +92,8 @@ def test_rmat_shape_and_determinism(rmat14):
 def test_rmat_in_degrees_are_heavy_tailed(rmat14):
     degrees = np.asarray(rmat14.degrees())
     mean = degrees.mean()
-    assert degrees.max() > 50 * mean          # hubs
-    assert (degrees == 0).mean() > 0.1         # and many empty rows
+    assert degrees.max() > 50 * mean  # hubs
+    assert (degrees == 0).mean() > 0.1  # and many empty rows
     # Rough power law: the complementary CDF falls on a line in log-log space.
     ks = 2.0 ** np.arange(2, 10)
     ccdf = np.array([(degrees >= k).mean() for k in ks])
@@ -118,7 +121,7 @@ def test_rmat_self_loops_and_duplicates_removed():
     assert len(np.unique(keys)) == g.num_edges
     full = datasets.rmat_graph(10, seed=1)
     full_rows = rows_of(full)
-    assert np.any(full_rows == full.indices)               # the default keeps both
+    assert np.any(full_rows == full.indices)  # the default keeps both
     assert g.num_edges < full.num_edges
 
 
@@ -126,9 +129,11 @@ def test_rmat_scramble_keeps_the_degree_sequence():
     plain = np.sort(np.asarray(datasets.rmat_graph(10, seed=4).degrees()))
     scrambled = np.asarray(datasets.rmat_graph(10, scramble_ids=True, seed=4).degrees())
     assert np.array_equal(np.sort(scrambled), plain)
+
     # Unscrambled, the hubs are the ids with few 1 bits (0, 1, 2, 4, ...); scrambled, any ids.
     def bits(ids):
         return np.array([bin(int(i)).count("1") for i in ids])
+
     top = np.argsort(np.asarray(datasets.rmat_graph(10, seed=4).degrees()))[-8:]
     assert bits(top).max() <= 2
     assert bits(np.argsort(scrambled)[-8:]).max() >= 3
@@ -142,13 +147,14 @@ def test_rmat_bad_probabilities():
 # ---------------------------------------------------------------------------------------
 # contextual_sbm
 
+
 def test_sbm_shapes_and_types():
     g, x, y = datasets.contextual_sbm(600, 4, degree=8, num_features=5, seed=0)
     assert g.shape == (600, 600)
     assert x.shape == (600, 5) and x.dtype == np.float32
     assert y.shape == (600,) and y.dtype == np.int64
-    assert np.array_equal(np.bincount(y), [150] * 4)       # balanced classes
-    assert abs(g.num_edges / 600 - 8) < 0.5                # mean degree as asked
+    assert np.array_equal(np.bincount(y), [150] * 4)  # balanced classes
+    assert abs(g.num_edges / 600 - 8) < 0.5  # mean degree as asked
 
 
 @pytest.mark.parametrize("homophily", [0.9, 0.5, 0.1])
@@ -186,6 +192,7 @@ def test_sbm_bad_arguments():
 
 # ---------------------------------------------------------------------------------------
 # add_self_loops
+
 
 def test_add_self_loops_appends_one_loop_per_row():
     g = ca.CSRGraph(np.array([0, 2, 2, 4]), np.array([1, 2, 2, 0]), 3)
@@ -229,7 +236,7 @@ def test_mtx_matches_scipy(tmp_path):
     assert graph.shape == (3, 4) and graph.num_edges == 5
     expected = scipy.io.mmread(path).toarray()  # sums the duplicate (3, 1)
     assert np.allclose(dense(graph, values), expected)
-    assert graph.indices[graph.indptr[2]:].tolist() == [0, 0]  # duplicates stay distinct edges, file order
+    assert graph.indices[graph.indptr[2] :].tolist() == [0, 0]  # duplicates stay distinct edges, file order
     assert values.dtype == np.float64
     assert isinstance(datasets.load_mtx(path), ca.CSRGraph)
 
@@ -267,20 +274,23 @@ def test_mtx_array_format(tmp_path):
     assert np.array_equal(dense(graph, values), [[1, 0], [0, 2]])
 
 
-@pytest.mark.parametrize("text,line,message", [
-    ("not a header\n1 1 0\n", 1, "not a Matrix Market file"),
-    ("%%MatrixMarket matrix coordinate real weird\n1 1 0\n", 1, "unsupported"),
-    ("%%MatrixMarket matrix coordinate real general\n% only comments\n", 2, "size line"),
-    ("%%MatrixMarket matrix coordinate real general\n3 3\n", 2, "size line"),
-    ("%%MatrixMarket matrix coordinate real general\n3 3 x\n", 2, "not an integer"),
-    ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 2\n", 4, "expected 3 columns"),
-    ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 4 1.0\n", 4, "out of range 1..3"),
-    ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n0 2 1.0\n", 4, "id 0 in a one-based file"),
-    ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 2 abc\n", 4, "'abc' is not a number"),
-    ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1.5 1 1.0\n2 2 1\n", 3, "'1.5' is not an integer"),
-    ("%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1.0\n2 2 1\n", 4, "ends after 2 of the 3"),
-    ("%%MatrixMarket matrix coordinate real general\n3 3 1\n1 1 1.0\n\n2 2 1\n", 5, "more entries than the 1"),
-])
+@pytest.mark.parametrize(
+    "text,line,message",
+    [
+        ("not a header\n1 1 0\n", 1, "not a Matrix Market file"),
+        ("%%MatrixMarket matrix coordinate real weird\n1 1 0\n", 1, "unsupported"),
+        ("%%MatrixMarket matrix coordinate real general\n% only comments\n", 2, "size line"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3\n", 2, "size line"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 x\n", 2, "not an integer"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 2\n", 4, "expected 3 columns"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 4 1.0\n", 4, "out of range 1..3"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n0 2 1.0\n", 4, "id 0 in a one-based file"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 2 abc\n", 4, "'abc' is not a number"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1.5 1 1.0\n2 2 1\n", 3, "'1.5' is not an integer"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1.0\n2 2 1\n", 4, "ends after 2 of the 3"),
+        ("%%MatrixMarket matrix coordinate real general\n3 3 1\n1 1 1.0\n\n2 2 1\n", 5, "more entries than the 1"),
+    ],
+)
 def test_mtx_malformed_names_file_and_line(tmp_path, text, line, message):
     path = write(tmp_path / "bad.mtx", text)
     with pytest.raises(ValueError, match=re.escape(f"{path}:{line}:") + ".*" + re.escape(message)):
@@ -295,6 +305,7 @@ def test_missing_files(tmp_path):
 
 # ---------------------------------------------------------------------------------------
 # .npz
+
 
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
 def test_npz_scipy_formats(tmp_path, fmt):
@@ -338,6 +349,7 @@ def test_npz_errors_name_the_file(tmp_path):
 # ---------------------------------------------------------------------------------------
 # Edge lists
 
+
 def test_edge_list_comments_blank_lines_and_commas(tmp_path):
     path = write(tmp_path / "e.txt", "# src dst\n0 1\n\n1\t2   # trailing comment\n% konect comment\n2,0\n0 , 2\n")
     graph = datasets.load_edge_list(path)
@@ -373,17 +385,20 @@ def test_edge_list_empty_file(tmp_path):
     assert graph.shape == (4, 4)
 
 
-@pytest.mark.parametrize("text,kwargs,line,message", [
-    ("0 1\n# c\n1 x\n", {}, 3, "column 2: 'x' is not an integer"),
-    ("0 1\n1.5 2\n", {}, 2, "'1.5' is not an integer"),
-    ("0 1\n\n1 2 3\n", {}, 3, "expected 2 columns"),
-    ("0 1 1.0\n1 2\n", {}, 2, "expected 3 columns"),
-    ("7\n", {}, 1, "at least 2 columns"),
-    ("0 1\n-1 2\n", {}, 2, "negative node id -1"),
-    ("1 2\n0 1\n", {"one_based": True}, 2, "column 1: id 0 in a one-based file"),
-    ("0 1\n1 5\n", {"num_nodes": 3}, 2, "out of range 0..2"),
-    ("0 1 0.5\n1 2 oops\n", {}, 2, "'oops' is not a number"),
-])
+@pytest.mark.parametrize(
+    "text,kwargs,line,message",
+    [
+        ("0 1\n# c\n1 x\n", {}, 3, "column 2: 'x' is not an integer"),
+        ("0 1\n1.5 2\n", {}, 2, "'1.5' is not an integer"),
+        ("0 1\n\n1 2 3\n", {}, 3, "expected 2 columns"),
+        ("0 1 1.0\n1 2\n", {}, 2, "expected 3 columns"),
+        ("7\n", {}, 1, "at least 2 columns"),
+        ("0 1\n-1 2\n", {}, 2, "negative node id -1"),
+        ("1 2\n0 1\n", {"one_based": True}, 2, "column 1: id 0 in a one-based file"),
+        ("0 1\n1 5\n", {"num_nodes": 3}, 2, "out of range 0..2"),
+        ("0 1 0.5\n1 2 oops\n", {}, 2, "'oops' is not a number"),
+    ],
+)
 def test_edge_list_malformed_names_file_and_line(tmp_path, text, kwargs, line, message):
     path = write(tmp_path / "bad.txt", text)
     with pytest.raises(ValueError, match=re.escape(f"{path}:{line}:") + ".*" + re.escape(message)):

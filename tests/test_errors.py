@@ -1,14 +1,17 @@
 """Bad input: the right exception type, a message naming the argument, nothing else happens."""
+
 import math
 
 import numpy as np
 import pytest
+from helpers import is_numpy
 
-import cupy_csrattn
-from graphs import named_graph, num_dst_of
-from helpers import is_numpy, make_graph, to_np, to_xp
+import cupy_csrattn as ca
+from cupy_csrattn.testing.arrays import make_graph, to_xp
+from cupy_csrattn.testing.compare import to_np
+from cupy_csrattn.testing.graphs import named_graph, num_dst_of
 
-CSRGraph = cupy_csrattn.CSRGraph
+CSRGraph = ca.CSRGraph
 
 GRAPH = named_graph("odd_sizes")  # 13 destinations, 11 sources, 37 edges
 E, N_DST, N_SRC = len(GRAPH.indices), num_dst_of(GRAPH), GRAPH.num_src
@@ -23,7 +26,7 @@ def _r(*shape, dtype=np.float64):
 def _raises(xp, exc, match, func, *args, **kwargs):
     """func(graph-on-xp, *args on xp) raises exc with a message matching match."""
     with pytest.raises(exc, match=match):
-        getattr(cupy_csrattn, func)(make_graph(xp, GRAPH), *to_xp(xp, args), **to_xp(xp, kwargs))
+        getattr(ca, func)(make_graph(xp, GRAPH), *to_xp(xp, args), **to_xp(xp, kwargs))
 
 
 def _csr(xp, indptr, indices, num_src=None, **kwargs):
@@ -31,6 +34,7 @@ def _csr(xp, indptr, indices, num_src=None, **kwargs):
 
 
 # ------------------------------------------------------------------ CSRGraph
+
 
 def test_indptr_2d(xp):
     with pytest.raises(ValueError, match="indptr"):
@@ -111,14 +115,12 @@ def test_from_edge_index_float_src(xp):
 
 def test_from_edge_index_dst_beyond_num_dst(xp):
     with pytest.raises(ValueError, match="dst|num_dst"):
-        CSRGraph.from_edge_index(to_xp(xp, np.array([0, 1])), to_xp(xp, np.array([0, 5])),
-                                 num_dst=3, num_src=2)
+        CSRGraph.from_edge_index(to_xp(xp, np.array([0, 1])), to_xp(xp, np.array([0, 5])), num_dst=3, num_src=2)
 
 
 def test_from_edge_index_src_beyond_num_src(xp):
     with pytest.raises(ValueError, match="src|indices|num_src"):
-        CSRGraph.from_edge_index(to_xp(xp, np.array([0, 4])), to_xp(xp, np.array([0, 1])),
-                                 num_dst=2, num_src=3)
+        CSRGraph.from_edge_index(to_xp(xp, np.array([0, 4])), to_xp(xp, np.array([0, 1])), num_dst=2, num_src=3)
 
 
 def test_from_scipy_not_sparse(xp):
@@ -137,17 +139,21 @@ def test_from_scipy_unsupported_format(fmt):
 
 # ------------------------------------------------------------------ graph argument of the ops
 
-@pytest.mark.parametrize("bad", [
-    pytest.param(lambda: [0, 1, 2, 3, 4], id="list"),
-    pytest.param(lambda: {"indptr": GRAPH.indptr, "indices": GRAPH.indices}, id="dict"),
-    pytest.param(lambda: np.eye(3), id="dense_array"),
-    pytest.param(lambda: "graph", id="string"),
-    pytest.param(lambda: (GRAPH.indptr,), id="one_tuple"),
-    pytest.param(lambda: None, id="None"),
-])
-def test_unknown_graph_kind(xp, api, bad):
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(lambda: [0, 1, 2, 3, 4], id="list"),
+        pytest.param(lambda: {"indptr": GRAPH.indptr, "indices": GRAPH.indices}, id="dict"),
+        pytest.param(lambda: np.eye(3), id="dense_array"),
+        pytest.param(lambda: "graph", id="string"),
+        pytest.param(lambda: (GRAPH.indptr,), id="one_tuple"),
+        pytest.param(lambda: None, id="None"),
+    ],
+)
+def test_unknown_graph_kind(xp, bad):
     with pytest.raises(TypeError, match="graph"):
-        api.edge_softmax(bad(), to_xp(xp, _r(E)))
+        ca.edge_softmax(bad(), to_xp(xp, _r(E)))
 
 
 @pytest.mark.parametrize("fmt", ["dia", "lil", "bsr", "dok"])
@@ -156,21 +162,21 @@ def test_unsupported_sparse_format_as_graph(xp, fmt):
 
     A = scipy.sparse.random(4, 5, density=0.5, format=fmt, random_state=0)
     with pytest.raises(TypeError, match="graph"):
-        cupy_csrattn.edge_softmax(A, np.ones(A.nnz))
+        ca.edge_softmax(A, np.ones(A.nnz))
 
 
-def test_bad_tuple_graph_is_checked(xp, api):
+def test_bad_tuple_graph_is_checked(xp):
     with pytest.raises(ValueError, match="indices"):
-        api.edge_softmax((to_xp(xp, np.array([0, 1, 2])), to_xp(xp, np.array([0, 5])), 3),
-                         to_xp(xp, _r(2)))
+        ca.edge_softmax((to_xp(xp, np.array([0, 1, 2])), to_xp(xp, np.array([0, 5])), 3), to_xp(xp, _r(2)))
 
 
-def test_edge_softmax_needs_scores_for_a_non_matrix_graph(xp, api):
+def test_edge_softmax_needs_scores_for_a_non_matrix_graph(xp):
     with pytest.raises((TypeError, ValueError), match="scores"):
-        api.edge_softmax(make_graph(xp, GRAPH))
+        ca.edge_softmax(make_graph(xp, GRAPH))
 
 
 # ------------------------------------------------------------------ edge arrays
+
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.complex128])
 def test_non_float_scores(xp, dtype):
@@ -202,6 +208,7 @@ def test_softmax_backward_integer_grad(xp):
 
 
 # ------------------------------------------------------------------ spmm
+
 
 def test_spmm_weights_wrong_length(xp):
     _raises(xp, ValueError, "weights", "spmm", _r(E - 1), _r(N_SRC, F))
@@ -249,6 +256,7 @@ def test_spmm_backward_grad_out_wrong_features(xp):
 
 # ------------------------------------------------------------------ sddmm
 
+
 def test_sddmm_unknown_op(xp):
     _raises(xp, ValueError, r"\bop\b", "sddmm", _r(N_DST, D), _r(N_SRC, D), op="mul")
 
@@ -274,8 +282,7 @@ def test_sddmm_add_head_mismatch(xp):
 
 
 def test_sddmm_add_with_feature_axis(xp):
-    _raises(xp, ValueError, "dst_feat|src_feat", "sddmm", _r(N_DST, H, D), _r(N_SRC, H, D),
-            op="add")
+    _raises(xp, ValueError, "dst_feat|src_feat", "sddmm", _r(N_DST, H, D), _r(N_SRC, H, D), op="add")
 
 
 @pytest.mark.parametrize("scale", [math.nan, math.inf, -math.inf])
@@ -292,11 +299,11 @@ def test_sddmm_backward_grad_scores_wrong_length(xp):
 
 
 def test_sddmm_backward_unknown_op(xp):
-    _raises(xp, ValueError, r"\bop\b", "sddmm_backward", _r(N_DST, D), _r(N_SRC, D), _r(E),
-            op="concat")
+    _raises(xp, ValueError, r"\bop\b", "sddmm_backward", _r(N_DST, D), _r(N_SRC, D), _r(E), op="concat")
 
 
 # ------------------------------------------------------------------ attention_aggregate
+
 
 def test_aggregate_values_wrong_rows(xp):
     _raises(xp, ValueError, "values", "attention_aggregate", _r(E, H), _r(N_DST, H, F))
@@ -315,71 +322,103 @@ def test_aggregate_integer_values(xp):
 
 
 def test_aggregate_backward_lse_wrong_shape(xp):
-    _raises(xp, ValueError, r"\blse\b", "attention_aggregate_backward", _r(E, H), _r(N_SRC, H, F),
-            _r(N_DST, H, F), lse=_r(N_DST, H + 1))
+    _raises(
+        xp,
+        ValueError,
+        r"\blse\b",
+        "attention_aggregate_backward",
+        _r(E, H),
+        _r(N_SRC, H, F),
+        _r(N_DST, H, F),
+        lse=_r(N_DST, H + 1),
+    )
 
 
 def test_aggregate_backward_grad_out_wrong_shape(xp):
-    _raises(xp, ValueError, "grad_out", "attention_aggregate_backward", _r(E, H),
-            _r(N_SRC, H, F), _r(N_DST, H, F + 1))
+    _raises(xp, ValueError, "grad_out", "attention_aggregate_backward", _r(E, H), _r(N_SRC, H, F), _r(N_DST, H, F + 1))
 
 
 # ------------------------------------------------------------------ graph_attention
 
+
 def test_graph_attention_q_wrong_rows(xp):
-    _raises(xp, ValueError, r"\bq\b", "graph_attention", _r(N_DST + 1, H, D), _r(N_SRC, H, D),
-            _r(N_SRC, H, F))
+    _raises(xp, ValueError, r"\bq\b", "graph_attention", _r(N_DST + 1, H, D), _r(N_SRC, H, D), _r(N_SRC, H, F))
 
 
 def test_graph_attention_k_wrong_rows(xp):
-    _raises(xp, ValueError, r"\bk\b", "graph_attention", _r(N_DST, H, D), _r(N_SRC + 1, H, D),
-            _r(N_SRC, H, F))
+    _raises(xp, ValueError, r"\bk\b", "graph_attention", _r(N_DST, H, D), _r(N_SRC + 1, H, D), _r(N_SRC, H, F))
 
 
 def test_graph_attention_v_wrong_rows(xp):
-    _raises(xp, ValueError, r"\bv\b", "graph_attention", _r(N_DST, H, D), _r(N_SRC, H, D),
-            _r(N_SRC - 1, H, F))
+    _raises(xp, ValueError, r"\bv\b", "graph_attention", _r(N_DST, H, D), _r(N_SRC, H, D), _r(N_SRC - 1, H, F))
 
 
 def test_graph_attention_qk_width_mismatch(xp):
-    _raises(xp, ValueError, r"\bq\b|\bk\b", "graph_attention", _r(N_DST, H, D),
-            _r(N_SRC, H, D + 1), _r(N_SRC, H, F))
+    _raises(xp, ValueError, r"\bq\b|\bk\b", "graph_attention", _r(N_DST, H, D), _r(N_SRC, H, D + 1), _r(N_SRC, H, F))
 
 
 def test_graph_attention_head_mismatch(xp):
-    _raises(xp, ValueError, r"\bq\b|\bk\b|\bv\b", "graph_attention", _r(N_DST, H, D),
-            _r(N_SRC, H, D), _r(N_SRC, H + 1, F))
+    _raises(
+        xp, ValueError, r"\bq\b|\bk\b|\bv\b", "graph_attention", _r(N_DST, H, D), _r(N_SRC, H, D), _r(N_SRC, H + 1, F)
+    )
 
 
 @pytest.mark.parametrize("scale", [math.nan, math.inf])
 def test_graph_attention_non_finite_scale(xp, scale):
-    _raises(xp, ValueError, "scale", "graph_attention", _r(N_DST, D), _r(N_SRC, D), _r(N_SRC, F),
-            scale=scale)
+    _raises(xp, ValueError, "scale", "graph_attention", _r(N_DST, D), _r(N_SRC, D), _r(N_SRC, F), scale=scale)
 
 
 def test_graph_attention_integer_q(xp):
-    _raises(xp, TypeError, r"\bq\b", "graph_attention", np.ones((N_DST, D), np.int32),
-            _r(N_SRC, D), _r(N_SRC, F))
+    _raises(xp, TypeError, r"\bq\b", "graph_attention", np.ones((N_DST, D), np.int32), _r(N_SRC, D), _r(N_SRC, F))
 
 
 def test_graph_attention_backward_lse_wrong_shape(xp):
-    _raises(xp, ValueError, r"\blse\b", "graph_attention_backward", _r(N_DST, H, D),
-            _r(N_SRC, H, D), _r(N_SRC, H, F), _r(N_DST, H, F), _r(N_DST, H, F), _r(N_DST))
+    _raises(
+        xp,
+        ValueError,
+        r"\blse\b",
+        "graph_attention_backward",
+        _r(N_DST, H, D),
+        _r(N_SRC, H, D),
+        _r(N_SRC, H, F),
+        _r(N_DST, H, F),
+        _r(N_DST, H, F),
+        _r(N_DST),
+    )
 
 
 def test_graph_attention_backward_out_wrong_shape(xp):
-    _raises(xp, ValueError, r"\bout\b", "graph_attention_backward", _r(N_DST, H, D),
-            _r(N_SRC, H, D), _r(N_SRC, H, F), _r(N_DST, H, F + 1), _r(N_DST, H, F),
-            _r(N_DST, H))
+    _raises(
+        xp,
+        ValueError,
+        r"\bout\b",
+        "graph_attention_backward",
+        _r(N_DST, H, D),
+        _r(N_SRC, H, D),
+        _r(N_SRC, H, F),
+        _r(N_DST, H, F + 1),
+        _r(N_DST, H, F),
+        _r(N_DST, H),
+    )
 
 
 def test_graph_attention_backward_grad_out_wrong_shape(xp):
-    _raises(xp, ValueError, "grad_out", "graph_attention_backward", _r(N_DST, H, D),
-            _r(N_SRC, H, D), _r(N_SRC, H, F), _r(N_DST, H, F), _r(N_DST - 1, H, F),
-            _r(N_DST, H))
+    _raises(
+        xp,
+        ValueError,
+        "grad_out",
+        "graph_attention_backward",
+        _r(N_DST, H, D),
+        _r(N_SRC, H, D),
+        _r(N_SRC, H, F),
+        _r(N_DST, H, F),
+        _r(N_DST - 1, H, F),
+        _r(N_DST, H),
+    )
 
 
 # ------------------------------------------------------------------ gat_attention
+
 
 def test_gat_a_dst_wrong_length(xp):
     _raises(xp, ValueError, "a_dst", "gat_attention", _r(N_DST + 1), _r(N_SRC), _r(N_SRC, F))
@@ -390,88 +429,98 @@ def test_gat_a_src_wrong_length(xp):
 
 
 def test_gat_headed_scores_unheaded_values(xp):
-    _raises(xp, ValueError, "a_dst|a_src|values", "gat_attention", _r(N_DST, H), _r(N_SRC, H),
-            _r(N_SRC, F))
+    _raises(xp, ValueError, "a_dst|a_src|values", "gat_attention", _r(N_DST, H), _r(N_SRC, H), _r(N_SRC, F))
 
 
 def test_gat_a_dst_a_src_head_mismatch(xp):
-    _raises(xp, ValueError, "a_dst|a_src", "gat_attention", _r(N_DST, H), _r(N_SRC, H + 1),
-            _r(N_SRC, H, F))
+    _raises(xp, ValueError, "a_dst|a_src", "gat_attention", _r(N_DST, H), _r(N_SRC, H + 1), _r(N_SRC, H, F))
 
 
 @pytest.mark.parametrize("slope", [math.nan, math.inf])
 def test_gat_non_finite_negative_slope(xp, slope):
-    _raises(xp, ValueError, "negative_slope", "gat_attention", _r(N_DST), _r(N_SRC), _r(N_SRC, F),
-            negative_slope=slope)
+    _raises(xp, ValueError, "negative_slope", "gat_attention", _r(N_DST), _r(N_SRC), _r(N_SRC, F), negative_slope=slope)
 
 
 def test_gat_integer_a_src(xp):
-    _raises(xp, TypeError, "a_src", "gat_attention", _r(N_DST), np.ones(N_SRC, np.int64),
-            _r(N_SRC, F))
+    _raises(xp, TypeError, "a_src", "gat_attention", _r(N_DST), np.ones(N_SRC, np.int64), _r(N_SRC, F))
 
 
 def test_gat_backward_lse_wrong_shape(xp):
-    _raises(xp, ValueError, r"\blse\b", "gat_attention_backward", _r(N_DST, H), _r(N_SRC, H),
-            _r(N_SRC, H, F), _r(N_DST, H, F), _r(N_DST, H, F), _r(N_DST + 1, H))
+    _raises(
+        xp,
+        ValueError,
+        r"\blse\b",
+        "gat_attention_backward",
+        _r(N_DST, H),
+        _r(N_SRC, H),
+        _r(N_SRC, H, F),
+        _r(N_DST, H, F),
+        _r(N_DST, H, F),
+        _r(N_DST + 1, H),
+    )
 
 
 # ------------------------------------------------------------------ out=
 
 OUT_OPS = [
     pytest.param("edge_softmax", (lambda: (_r(E, H),)), (E, H), id="edge_softmax"),
-    pytest.param("edge_softmax_backward", (lambda: (_r(E, H), _r(E, H))), (E, H),
-                 id="edge_softmax_backward"),
+    pytest.param("edge_softmax_backward", (lambda: (_r(E, H), _r(E, H))), (E, H), id="edge_softmax_backward"),
     pytest.param("spmm", (lambda: (_r(E, H), _r(N_SRC, H, F))), (N_DST, H, F), id="spmm"),
     pytest.param("sddmm", (lambda: (_r(N_DST, H, D), _r(N_SRC, H, D))), (E, H), id="sddmm"),
-    pytest.param("attention_aggregate", (lambda: (_r(E, H), _r(N_SRC, H, F))), (N_DST, H, F),
-                 id="attention_aggregate"),
-    pytest.param("graph_attention", (lambda: (_r(N_DST, H, D), _r(N_SRC, H, D), _r(N_SRC, H, F))),
-                 (N_DST, H, F), id="graph_attention"),
-    pytest.param("gat_attention", (lambda: (_r(N_DST, H), _r(N_SRC, H), _r(N_SRC, H, F))),
-                 (N_DST, H, F), id="gat_attention"),
+    pytest.param("attention_aggregate", (lambda: (_r(E, H), _r(N_SRC, H, F))), (N_DST, H, F), id="attention_aggregate"),
+    pytest.param(
+        "graph_attention",
+        (lambda: (_r(N_DST, H, D), _r(N_SRC, H, D), _r(N_SRC, H, F))),
+        (N_DST, H, F),
+        id="graph_attention",
+    ),
+    pytest.param(
+        "gat_attention", (lambda: (_r(N_DST, H), _r(N_SRC, H), _r(N_SRC, H, F))), (N_DST, H, F), id="gat_attention"
+    ),
 ]
 
 
 @pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
-def test_out_wrong_shape(xp, api, func, make_args, shape):
+def test_out_wrong_shape(xp, func, make_args, shape):
     out = xp.zeros(shape[:-1] + (shape[-1] + 1,))
     _raises(xp, ValueError, r"\bout\b", func, *make_args(), out=out)
 
 
 @pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
-def test_out_flattened(xp, api, func, make_args, shape):
+def test_out_flattened(xp, func, make_args, shape):
     out = xp.zeros(int(np.prod(shape)))
     _raises(xp, ValueError, r"\bout\b", func, *make_args(), out=out)
 
 
 @pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
-def test_out_wrong_dtype(xp, api, func, make_args, shape):
+def test_out_wrong_dtype(xp, func, make_args, shape):
     out = xp.zeros(shape, dtype=np.float32)  # the result is float64
     _raises(xp, TypeError, r"\bout\b", func, *make_args(), out=out)
 
 
 @pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
-def test_out_not_c_contiguous(xp, api, func, make_args, shape):
+def test_out_not_c_contiguous(xp, func, make_args, shape):
     out = xp.zeros(shape[::-1]).T  # right shape and dtype, Fortran order
     assert out.shape == shape and not out.flags.c_contiguous
     _raises(xp, ValueError, r"\bout\b", func, *make_args(), out=out)
 
 
 @pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
-def test_out_of_the_wrong_library(xp, api, func, make_args, shape):
+def test_out_of_the_wrong_library(xp, func, make_args, shape):
     """A NumPy out for a GPU computation; a nested list (not an ndarray) for a CPU one."""
     out = np.zeros(shape) if not is_numpy(xp) else np.zeros(shape).tolist()
     with pytest.raises(TypeError, match=r"\bout\b"):  # not through _raises: it would move out to xp
-        getattr(api, func)(make_graph(xp, GRAPH), *to_xp(xp, make_args()), out=out)
+        getattr(ca, func)(make_graph(xp, GRAPH), *to_xp(xp, make_args()), out=out)
 
 
-def test_out_integer_dtype(xp, api):
+def test_out_integer_dtype(xp):
     _raises(xp, TypeError, r"\bout\b", "edge_softmax", _r(E), out=xp.zeros(E, dtype=np.int64))
 
 
 # ------------------------------------------------------------------ nothing else happens
 
-def test_failed_call_leaves_out_untouched(xp, api):
+
+def test_failed_call_leaves_out_untouched(xp):
     out = xp.full((N_DST, F), 7.0)
     _raises(xp, ValueError, "values", "spmm", _r(E), _r(N_SRC + 1, F), out=out)
     assert (to_np(out) == 7.0).all()

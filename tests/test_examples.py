@@ -1,5 +1,6 @@
 """Short runs of the examples: the training scripts learn, their manual backward passes
 match finite differences, and interop.py runs (skipping what is not installed)."""
+
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ TINY = ["--nodes", "300", "--epochs", "15", "--device", "cpu", "--log-every", "0
 
 def assert_learns(results):
     model, baseline = results["model"], results["baseline"]
-    chance = results["majority_test_acc"]       # always guessing the most frequent class
+    chance = results["majority_test_acc"]  # always guessing the most frequent class
     losses = model["loss"]
     assert losses[-1] < 0.7 * losses[0], f"loss did not go down: {losses}"
     assert model["final_loss"] < losses[0]
@@ -40,10 +41,13 @@ def test_training_on_sbm(script, capsys):
 
 def grid_mtx(path, rows=15, cols=20):
     """A Matrix Market file of a 2-D grid graph (upper triangle only, as files often are)."""
+
     def path_graph(n):
         return scipy.sparse.diags_array([np.ones(n - 1), np.ones(n - 1)], offsets=[-1, 1])
-    grid = (scipy.sparse.kron(path_graph(rows), scipy.sparse.eye_array(cols))
-            + scipy.sparse.kron(scipy.sparse.eye_array(rows), path_graph(cols)))
+
+    grid = scipy.sparse.kron(path_graph(rows), scipy.sparse.eye_array(cols)) + scipy.sparse.kron(
+        scipy.sparse.eye_array(rows), path_graph(cols)
+    )
     scipy.io.mmwrite(path, scipy.sparse.triu(grid).tocoo())
     return str(path)
 
@@ -55,8 +59,7 @@ def test_training_on_mtx_file(script, tmp_path):
 
 def test_graph_beats_features_only_baseline():
     # The default SBM parameters, smaller: noisy features, homophilous edges.
-    results = gat_train.main(["--nodes", "600", "--epochs", "30", "--device", "cpu",
-                              "--log-every", "0", "--no-check"])
+    results = gat_train.main(["--nodes", "600", "--epochs", "30", "--device", "cpu", "--log-every", "0", "--no-check"])
     assert results["model"]["final_test_acc"] > results["baseline"]["final_test_acc"] + 0.1
 
 
@@ -81,7 +84,8 @@ def test_mlp_manual_backward_matches_finite_differences():
 def test_interop_exits_cleanly():
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, "interop.py")], env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, "interop.py")], env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FAIL" not in result.stdout

@@ -5,13 +5,14 @@ plan.FUSED_WHOLE_ROW_EDGES, on small graphs) into items; here those thresholds a
 lowered so that split rows, their merges and the split write kernels run on graphs small
 enough to check against the CPU backend (itself checked against the loop reference).
 """
+
 import numpy as np
 import pytest
+from helpers import poison, require_cupy
 
 import cupy_csrattn as ca
-from helpers import require_cupy
-
-TOL = {np.float64: 1e-10, np.float32: 1e-5, np.float16: 2e-3}
+from cupy_csrattn.gpu import plan
+from cupy_csrattn.testing.compare import assert_close, to_np
 
 
 @pytest.fixture
@@ -21,7 +22,6 @@ def cupy():
 
 @pytest.fixture(params=[(1024, 1024), (4, 3), (1, 2)], ids=["default-plan", "split-4x3", "split-1x2"])
 def plan_limits(request, monkeypatch):
-    from cupy_csrattn.gpu import plan
     whole, chunks = request.param
     monkeypatch.setattr(plan, "WHOLE_ROW_EDGES", whole)
     monkeypatch.setattr(plan, "FUSED_WHOLE_ROW_EDGES", min(whole, plan.FUSED_WHOLE_ROW_EDGES))
@@ -38,16 +38,12 @@ def _graph(rng, index_dtype, num_dst=40, num_src=33, hub=3000):
     return ca.CSRGraph(indptr, indices, num_src)
 
 
-def _close(cupy, got, want, dtype):
-    got = cupy.asnumpy(got).astype(np.float64)
-    want = np.asarray(want, dtype=np.float64)
+def _close(got, want, dtype):
+    """got (NumPy or CuPy) ~ want at the shared tolerance of dtype (testing.compare.RTOL),
+    judged on the scale of want but never below 1."""
+    got = to_np(got)
     assert not np.isnan(got).any(), "unwritten (NaN-poisoned) or NaN output"
-    scale = max(1.0, float(np.abs(want).max(initial=0.0)))
-    np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype] * scale)
-
-
-def _poisoned(cupy, shape, dtype):
-    return cupy.full(shape, np.nan, dtype=dtype)
+    assert_close(got, want, dtype, scale=1.0)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
@@ -67,56 +63,61 @@ def test_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
     d = cupy.asarray
 
     probs = ca.edge_softmax(g, scores)
-    out = _poisoned(cupy, edge_shape, dtype)
+    out = poison(cupy, edge_shape, dtype)
     ca.edge_softmax(gg, d(scores), out=out)
-    _close(cupy, out, probs, dtype)
-    _close(cupy, ca.edge_softmax_backward(gg, d(probs), d(grad_edges)),
-           ca.edge_softmax_backward(g, probs, grad_edges), dtype)
+    _close(out, probs, dtype)
+    _close(ca.edge_softmax_backward(gg, d(probs), d(grad_edges)), ca.edge_softmax_backward(g, probs, grad_edges), dtype)
 
     for weights in (None, scores):
         want = ca.spmm(g, weights, values)
-        out = _poisoned(cupy, want.shape, dtype)
+        out = poison(cupy, want.shape, dtype)
         ca.spmm(gg, None if weights is None else d(weights), d(values), out=out)
-        _close(cupy, out, want, dtype)
+        _close(out, want, dtype)
         want_w, want_v = ca.spmm_backward(g, weights, values, grad_out)
         got_w, got_v = ca.spmm_backward(gg, None if weights is None else d(weights), d(values), d(grad_out))
-        _close(cupy, got_v, want_v, dtype)
+        _close(got_v, want_v, dtype)
         if weights is None:
             assert got_w is None
         else:
-            _close(cupy, got_w, want_w, dtype)
+            _close(got_w, want_w, dtype)
 
     scalar = lambda n: (n,) if heads is None else (n, heads)
-    for op, dst_shape, src_shape, scale in (("dot", node(g.num_dst), node(g.num_src), 0.5),
-                                            ("add", scalar(g.num_dst), scalar(g.num_src), 1.0)):
+    for op, dst_shape, src_shape, scale in (
+        ("dot", node(g.num_dst), node(g.num_src), 0.5),
+        ("add", scalar(g.num_dst), scalar(g.num_src), 1.0),
+    ):
         dst = rng.standard_normal(dst_shape).astype(dtype)
         src = rng.standard_normal(src_shape).astype(dtype)
         want = ca.sddmm(g, dst, src, op=op, scale=scale)
-        out = _poisoned(cupy, edge_shape, dtype)
+        out = poison(cupy, edge_shape, dtype)
         ca.sddmm(gg, d(dst), d(src), op=op, scale=scale, out=out)
-        _close(cupy, out, want, dtype)
-        for got, want in zip(ca.sddmm_backward(gg, d(dst), d(src), d(grad_edges), op=op, scale=scale),
-                             ca.sddmm_backward(g, dst, src, grad_edges, op=op, scale=scale)):
-            _close(cupy, got, want, dtype)
+        _close(out, want, dtype)
+        for got, want in zip(
+            ca.sddmm_backward(gg, d(dst), d(src), d(grad_edges), op=op, scale=scale),
+            ca.sddmm_backward(g, dst, src, grad_edges, op=op, scale=scale),
+        ):
+            _close(got, want, dtype)
 
     want_out, want_lse = ca.attention_aggregate(g, scores, values, return_lse=True)
-    out = _poisoned(cupy, want_out.shape, dtype)
+    out = poison(cupy, want_out.shape, dtype)
     got_out, got_lse = ca.attention_aggregate(gg, d(scores), d(values), out=out, return_lse=True)
     assert got_out is out
-    _close(cupy, got_out, want_out, dtype)
+    _close(got_out, want_out, dtype)
     finite = np.isfinite(want_lse)
     assert np.array_equal(np.isfinite(cupy.asnumpy(got_lse)), finite)
-    _close(cupy, cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
+    _close(cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
     for lse in (None, want_lse):
         want_s, want_v = ca.attention_aggregate_backward(g, scores, values, grad_out, lse=lse)
-        got_s, got_v = ca.attention_aggregate_backward(gg, d(scores), d(values), d(grad_out),
-                                                       lse=None if lse is None else d(lse))
-        _close(cupy, got_s, want_s, dtype)
-        _close(cupy, got_v, want_v, dtype)
+        got_s, got_v = ca.attention_aggregate_backward(
+            gg, d(scores), d(values), d(grad_out), lse=None if lse is None else d(lse)
+        )
+        _close(got_s, want_s, dtype)
+        _close(got_v, want_v, dtype)
 
 
 def _fused_inputs(rng, g, heads, head_dim, features, dtype):
     """Inputs of graph_attention and gat_attention on graph g (keyword names of the ops)."""
+
     def node(n, last):
         return rng.standard_normal((n, last) if heads is None else (n, heads, last)).astype(dtype)
 
@@ -124,42 +125,46 @@ def _fused_inputs(rng, g, heads, head_dim, features, dtype):
         return rng.standard_normal((n,) if heads is None else (n, heads)).astype(dtype)
 
     return {
-        "graph_attention": dict(q=node(g.num_dst, head_dim), k=node(g.num_src, head_dim),
-                                v=node(g.num_src, features)),
-        "gat_attention": dict(a_dst=scalar(g.num_dst) * 2, a_src=scalar(g.num_src) * 2,
-                              values=node(g.num_src, features)),
+        "graph_attention": dict(q=node(g.num_dst, head_dim), k=node(g.num_src, head_dim), v=node(g.num_src, features)),
+        "gat_attention": dict(
+            a_dst=scalar(g.num_dst) * 2, a_src=scalar(g.num_src) * 2, values=node(g.num_src, features)
+        ),
     }
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("heads,head_dim,features", [(None, 5, 3), (1, 64, 64), (3, 7, 5), (8, 16, 16),
-                                                     (4, 64, 64), (40, 2, 1), (2, 1, 70), (2, 0, 3), (2, 4, 0)])
+@pytest.mark.parametrize(
+    "heads,head_dim,features",
+    [(None, 5, 3), (1, 64, 64), (3, 7, 5), (8, 16, 16), (4, 64, 64), (40, 2, 1), (2, 1, 70), (2, 0, 3), (2, 4, 0)],
+)
 def test_fused_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, head_dim, features):
     """graph_attention and gat_attention, forward and backward, against the CPU backend."""
     rng = np.random.default_rng(5)
     g = _graph(rng, index_dtype)
     gg = g.to_gpu()
-    grad_out = rng.standard_normal((g.num_dst, features) if heads is None
-                                   else (g.num_dst, heads, features)).astype(dtype)
+    grad_out = rng.standard_normal((g.num_dst, features) if heads is None else (g.num_dst, heads, features)).astype(
+        dtype
+    )
     for op, inputs in _fused_inputs(rng, g, heads, head_dim, features, dtype).items():
         forward, backward = getattr(ca, op), getattr(ca, op + "_backward")
         gpu_inputs = {name: cupy.asarray(x) for name, x in inputs.items()}
         want_out, want_lse = forward(g, **inputs, return_lse=True)
-        out = _poisoned(cupy, want_out.shape, dtype)
+        out = poison(cupy, want_out.shape, dtype)
         got_out, got_lse = forward(gg, **gpu_inputs, out=out, return_lse=True)
         assert got_out is out
-        _close(cupy, got_out, want_out, dtype)
+        _close(got_out, want_out, dtype)
         finite = np.isfinite(want_lse)
         assert finite.any() and np.array_equal(np.isfinite(cupy.asnumpy(got_lse)), finite)
-        _close(cupy, cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
+        _close(cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
         # The backward of both backends from the same saved forward.
         wants = backward(g, *inputs.values(), want_out, grad_out, want_lse)
-        gots = backward(gg, *gpu_inputs.values(), cupy.asarray(want_out), cupy.asarray(grad_out),
-                        cupy.asarray(want_lse))
+        gots = backward(
+            gg, *gpu_inputs.values(), cupy.asarray(want_out), cupy.asarray(grad_out), cupy.asarray(want_lse)
+        )
         for name, got, want in zip(inputs, gots, wants):
             assert got.shape == want.shape, name
-            _close(cupy, got, want, dtype)
+            _close(got, want, dtype)
 
 
 def test_fused_special_rows_on_gpu(cupy, plan_limits):
@@ -171,10 +176,11 @@ def test_fused_special_rows_on_gpu(cupy, plan_limits):
     inputs = _fused_inputs(rng, g, H, D, F, np.float64)
     inputs["gat_attention"]["a_dst"][1] = -np.inf
     inputs["graph_attention"]["q"][5, 1, 0] = np.nan
-    for op, inputs in inputs.items():
-        want_out, want_lse = getattr(ca, op)(g, **inputs, return_lse=True)
-        got_out, got_lse = getattr(ca, op)(g.to_gpu(), **{n: cupy.asarray(x) for n, x in inputs.items()},
-                                           return_lse=True)
+    for op, op_inputs in inputs.items():
+        want_out, want_lse = getattr(ca, op)(g, **op_inputs, return_lse=True)
+        got_out, got_lse = getattr(ca, op)(
+            g.to_gpu(), **{n: cupy.asarray(x) for n, x in op_inputs.items()}, return_lse=True
+        )
         got_out, got_lse = cupy.asnumpy(got_out), cupy.asnumpy(got_lse)
         assert np.array_equal(np.isnan(got_out), np.isnan(want_out))
         assert np.array_equal(np.isneginf(got_lse), np.isneginf(want_lse))
@@ -193,12 +199,11 @@ def test_special_rows_on_gpu(cupy, plan_limits):
     H, F = 2, 3
     scores = rng.standard_normal((g.num_edges, H))
     ip = g.indptr
-    scores[ip[1]:ip[2], :] = -np.inf          # row 1: all -inf, both heads
-    scores[ip[5] + 17, 1] = np.nan            # hub row 5, head 1 only
+    scores[ip[1] : ip[2], :] = -np.inf  # row 1: all -inf, both heads
+    scores[ip[5] + 17, 1] = np.nan  # hub row 5, head 1 only
     values = rng.standard_normal((g.num_src, H, F))
     want_out, want_lse = ca.attention_aggregate(g, scores, values, return_lse=True)
-    got_out, got_lse = ca.attention_aggregate(g.to_gpu(), cupy.asarray(scores), cupy.asarray(values),
-                                              return_lse=True)
+    got_out, got_lse = ca.attention_aggregate(g.to_gpu(), cupy.asarray(scores), cupy.asarray(values), return_lse=True)
     got_out, got_lse = cupy.asnumpy(got_out), cupy.asnumpy(got_lse)
     assert np.array_equal(np.isnan(got_out), np.isnan(want_out))
     assert np.isnan(got_out[5, 1]).all() and not np.isnan(got_out[5, 0]).any()
@@ -206,8 +211,8 @@ def test_special_rows_on_gpu(cupy, plan_limits):
     ok = ~np.isnan(want_out)
     np.testing.assert_allclose(got_out[ok], want_out[ok], rtol=1e-12, atol=1e-12)
     probs = cupy.asnumpy(ca.edge_softmax(g.to_gpu(), cupy.asarray(scores)))
-    assert (probs[ip[1]:ip[2]] == 0).all()
-    assert np.isnan(probs[ip[5]:ip[6], 1]).all() and not np.isnan(probs[ip[5]:ip[6], 0]).any()
+    assert (probs[ip[1] : ip[2]] == 0).all()
+    assert np.isnan(probs[ip[5] : ip[6], 1]).all() and not np.isnan(probs[ip[5] : ip[6], 0]).any()
 
 
 def test_bitwise_reproducible(cupy, plan_limits):
@@ -218,13 +223,19 @@ def test_bitwise_reproducible(cupy, plan_limits):
     values = cupy.asarray(rng.standard_normal((g.num_src, H, F)).astype(np.float32))
     grad_out = cupy.asarray(rng.standard_normal((g.num_dst, H, F)).astype(np.float32))
 
-    fused = {op: {name: cupy.asarray(x) for name, x in inputs.items()}
-             for op, inputs in _fused_inputs(rng, g, H, F, F, np.float32).items()}
+    fused = {
+        op: {name: cupy.asarray(x) for name, x in inputs.items()}
+        for op, inputs in _fused_inputs(rng, g, H, F, F, np.float32).items()
+    }
 
     def run():
         out, lse = ca.attention_aggregate(g, scores, values, return_lse=True)
-        results = [out, lse, *ca.attention_aggregate_backward(g, scores, values, grad_out, lse=lse),
-                   ca.edge_softmax(g, scores)]
+        results = [
+            out,
+            lse,
+            *ca.attention_aggregate_backward(g, scores, values, grad_out, lse=lse),
+            ca.edge_softmax(g, scores),
+        ]
         for op, inputs in fused.items():
             out, lse = getattr(ca, op)(g, **inputs, return_lse=True)
             results += [out, lse, *getattr(ca, op + "_backward")(g, *inputs.values(), out, grad_out, lse)]

@@ -1,17 +1,19 @@
 """CSRGraph: construction, dtypes, from_scipy, from_edge_index, degrees, transpose, devices."""
+
 import numpy as np
 import pytest
+from helpers import HYP, is_numpy, require_cupy, same_buffer
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import csr_graphs, seeds
 
-import cupy_csrattn
-import reference as ref
-from graphs import (SMALL_GRAPH_NAMES, csr_graphs, from_rows, named_graph, num_dst_of,
-                    row_of_edges, seeds)
-from helpers import (HYP, array_module_of, check_result, is_numpy, make_graph, require_cupy,
-                     same_buffer, to_np, to_xp)
+import cupy_csrattn as ca
+import cupy_csrattn.testing.reference as ref
+from cupy_csrattn.testing.arrays import make_graph, to_xp
+from cupy_csrattn.testing.compare import array_module_of, check_result, to_np
+from cupy_csrattn.testing.graphs import SMALL_GRAPH_NAMES, from_rows, named_graph, num_dst_of, row_of_edges
 
-CSRGraph = cupy_csrattn.CSRGraph
+CSRGraph = ca.CSRGraph
 
 
 def _device(xp):
@@ -47,8 +49,7 @@ def test_check_modes_accept_valid_graphs(xp, check):
 
 def test_check_none_trusts_the_caller(xp):
     """check="none" does not look at the values (an out-of-range index is not detected)."""
-    g = CSRGraph(to_xp(xp, np.array([0, 2], np.int32)), to_xp(xp, np.array([0, 7], np.int32)),
-                 3, check="none")
+    g = CSRGraph(to_xp(xp, np.array([0, 2], np.int32)), to_xp(xp, np.array([0, 7], np.int32)), 3, check="none")
     assert g.num_edges == 2 and g.num_src == 3
 
 
@@ -63,10 +64,9 @@ def test_right_arrays_are_not_copied(xp, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64])
-def test_narrow_or_unsigned_indices_are_converted(xp, api, dtype):
+def test_narrow_or_unsigned_indices_are_converted(xp, dtype):
     graph = named_graph("unsorted_columns")
-    g = CSRGraph(to_xp(xp, graph.indptr.astype(dtype)), to_xp(xp, graph.indices.astype(dtype)),
-                 graph.num_src)
+    g = CSRGraph(to_xp(xp, graph.indptr.astype(dtype)), to_xp(xp, graph.indices.astype(dtype)), graph.num_src)
     assert np.dtype(g.index_dtype) in (np.dtype(np.int32), np.dtype(np.int64))
     assert g.indices.dtype == g.index_dtype
     assert g.indptr.dtype in (np.dtype(np.int32), np.dtype(np.int64))
@@ -74,14 +74,13 @@ def test_narrow_or_unsigned_indices_are_converted(xp, api, dtype):
     np.testing.assert_array_equal(to_np(g.indices), graph.indices)
     # and the converted graph computes correctly
     scores = np.random.default_rng(0).standard_normal(len(graph.indices))
-    got = api.edge_softmax(g, to_xp(xp, scores))
+    got = ca.edge_softmax(g, to_xp(xp, scores))
     check_result(xp, got, ref.edge_softmax(graph.indptr, scores)[0], np.float64)
 
 
 def test_mixed_index_dtypes(xp):
     graph = named_graph("zero_degree_rows")
-    g = CSRGraph(to_xp(xp, graph.indptr.astype(np.int64)), to_xp(xp, graph.indices.astype(np.int32)),
-                 graph.num_src)
+    g = CSRGraph(to_xp(xp, graph.indptr.astype(np.int64)), to_xp(xp, graph.indices.astype(np.int32)), graph.num_src)
     np.testing.assert_array_equal(to_np(g.indptr), graph.indptr)
     np.testing.assert_array_equal(to_np(g.indices), graph.indices)
 
@@ -102,6 +101,7 @@ def test_degrees(xp, name):
 
 
 # ------------------------------------------------------------------ from_edge_index
+
 
 @st.composite
 def edge_lists(draw):
@@ -139,13 +139,13 @@ def test_from_edge_index_stable_order(xp):
 
 
 def test_from_edge_index_larger_num_dst(xp):
-    g, _ = CSRGraph.from_edge_index(to_xp(xp, np.array([0, 1])), to_xp(xp, np.array([1, 1])),
-                                    num_dst=4, num_src=3)
+    g, _ = CSRGraph.from_edge_index(to_xp(xp, np.array([0, 1])), to_xp(xp, np.array([1, 1])), num_dst=4, num_src=3)
     np.testing.assert_array_equal(to_np(g.indptr), [0, 0, 2, 2, 2])
     assert g.shape == (4, 3)
 
 
 # ------------------------------------------------------------------ from_scipy
+
 
 def _sparse_namespace(xp, cls):
     if is_numpy(xp):
@@ -166,8 +166,7 @@ def test_from_scipy(xp, fmt, cls):
     rows = np.array([2, 0, 2, 3, 0, 2, 3], np.int32)  # duplicates (2, 1) and unsorted
     cols = np.array([1, 3, 1, 0, 2, 4, 0], np.int32)
     data = np.arange(1.0, 8.0)
-    coo = getattr(sparse, f"coo_{cls}")((to_xp(xp, data), (to_xp(xp, rows), to_xp(xp, cols))),
-                                        shape=(5, 6))
+    coo = getattr(sparse, f"coo_{cls}")((to_xp(xp, data), (to_xp(xp, rows), to_xp(xp, cols))), shape=(5, 6))
     A = coo if fmt == "coo" else getattr(coo, f"to{fmt}")()
     g = CSRGraph.from_scipy(A)
     assert g.device == _device(xp)
@@ -180,8 +179,11 @@ def test_from_scipy(xp, fmt, cls):
         np.add.at(want, (rows, cols), 1)
         assert g.num_edges == len(rows)
     else:
-        rows_a, cols_a = (row_of_edges(to_np(A.indptr)), to_np(A.indices)) if fmt == "csr" else \
-            (to_np(A.indices), row_of_edges(to_np(A.indptr)))
+        rows_a, cols_a = (
+            (row_of_edges(to_np(A.indptr)), to_np(A.indices))
+            if fmt == "csr"
+            else (to_np(A.indices), row_of_edges(to_np(A.indptr)))
+        )
         want = np.zeros((5, 6), int)
         np.add.at(want, (rows_a.astype(np.int64), cols_a.astype(np.int64)), 1)
         assert g.num_edges == A.nnz
@@ -194,13 +196,16 @@ def test_from_scipy(xp, fmt, cls):
 def test_from_scipy_keeps_duplicates_and_order(xp):
     sparse = _sparse_namespace(xp, "matrix")
     graph = named_graph("duplicates")
-    A = sparse.csr_matrix((to_xp(xp, np.ones(len(graph.indices))), to_xp(xp, graph.indices),
-                           to_xp(xp, graph.indptr)), shape=(num_dst_of(graph), graph.num_src))
+    A = sparse.csr_matrix(
+        (to_xp(xp, np.ones(len(graph.indices))), to_xp(xp, graph.indices), to_xp(xp, graph.indptr)),
+        shape=(num_dst_of(graph), graph.num_src),
+    )
     g = CSRGraph.from_scipy(A)
     _assert_structure(xp, g, graph)
 
 
 # ------------------------------------------------------------------ transpose
+
 
 @given(graph=csr_graphs(hub_degrees=None))
 @HYP
@@ -223,20 +228,20 @@ def test_transpose(xp, graph):
 
 @given(graph=csr_graphs(hub_degrees=None), seed=seeds)
 @HYP
-def test_transpose_spmm_is_the_adjoint(xp, api, graph, seed):
+def test_transpose_spmm_is_the_adjoint(xp, graph, seed):
     """spmm over the transpose with weights[perm] computes A^T y (the spmm backward's grad_values)."""
     rng = np.random.default_rng(seed)
     weights = rng.standard_normal(len(graph.indices))
     y = rng.standard_normal((num_dst_of(graph), 3))
     g = make_graph(xp, graph)
     gt, perm = g.transpose()
-    got = api.spmm(gt, to_xp(xp, weights[to_np(perm)]), to_xp(xp, y))
-    expected = ref.spmm_backward(graph.indptr, graph.indices, weights,
-                                 np.zeros((graph.num_src, 3)), y)[1]
+    got = ca.spmm(gt, to_xp(xp, weights[to_np(perm)]), to_xp(xp, y))
+    expected = ref.spmm_backward(graph.indptr, graph.indices, weights, np.zeros((graph.num_src, 3)), y)[1]
     check_result(xp, got, expected, np.float64)
 
 
 # ------------------------------------------------------------------ devices
+
 
 def test_to_cpu(xp):
     graph = named_graph("zero_degree_rows")

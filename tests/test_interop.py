@@ -1,10 +1,11 @@
 """Inputs from other array libraries: __dlpack__ and __cuda_array_interface__ objects are
 taken without a copy, anything array-like through np.asarray; bfloat16 is refused clearly."""
+
 import numpy as np
 import pytest
+from helpers import require_cupy
 
 import cupy_csrattn as ca
-from helpers import require_cupy
 
 INDPTR = np.array([0, 2, 2, 5], dtype=np.int32)
 INDICES = np.array([0, 1, 1, 2, 0], dtype=np.int32)

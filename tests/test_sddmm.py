@@ -1,40 +1,40 @@
 """sddmm ("dot" and "add") against the per-row loop reference."""
+
 import numpy as np
 import pytest
+from helpers import poison
 
-import reference as ref
-from cases import CASE_BY_NAME, case_params, check_case
-from graphs import hub, named_graph
-from helpers import check_result, make_graph, poison, to_xp
-
-SDDMM_CASES = case_params("sddmm")
+import cupy_csrattn as ca
+import cupy_csrattn.testing.reference as ref
+from cupy_csrattn.testing.arrays import make_graph, to_xp
+from cupy_csrattn.testing.cases import CASE_BY_NAME, check_case
+from cupy_csrattn.testing.compare import check_result
+from cupy_csrattn.testing.graphs import hub, named_graph
 
 
 @pytest.mark.parametrize("D", [1, 3, 32, 64, 67])
-def test_dot_widths(xp, api, D):
-    check_case(xp, api, CASE_BY_NAME["sddmm_dot"], named_graph("warp_boundaries"), 2, D,
-               np.float32, seed=D)
+def test_dot_widths(xp, D):
+    check_case(xp, CASE_BY_NAME["sddmm_dot"], named_graph("warp_boundaries"), 2, D, np.float32, seed=D)
 
 
 @pytest.mark.parametrize("scale", [1.0, -2.5, 0.0, 1e-3])
-def test_dot_scale(xp, api, scale):
+def test_dot_scale(xp, scale):
     graph = named_graph("odd_sizes")
     rng = np.random.default_rng(3)
     dst = rng.standard_normal((len(graph.indptr) - 1, 6))
     src = rng.standard_normal((graph.num_src, 6))
-    got = api.sddmm(make_graph(xp, graph), to_xp(xp, dst), to_xp(xp, src), op="dot", scale=scale)
-    check_result(xp, got, ref.sddmm(graph.indptr, graph.indices, dst, src, "dot", scale),
-                 np.float64)
+    got = ca.sddmm(make_graph(xp, graph), to_xp(xp, dst), to_xp(xp, src), op="dot", scale=scale)
+    check_result(xp, got, ref.sddmm(graph.indptr, graph.indices, dst, src, "dot", scale), np.float64)
 
 
 @pytest.mark.parametrize("case", [CASE_BY_NAME["sddmm_dot"], CASE_BY_NAME["sddmm_add"]], ids=str)
-def test_hub_row(xp, api, case):
-    check_case(xp, api, case, hub(), None, 4, np.float32, seed=2)
+def test_hub_row(xp, case):
+    check_case(xp, case, hub(), None, 4, np.float32, seed=2)
 
 
 @pytest.mark.parametrize("op", ["dot", "add"])
 @pytest.mark.parametrize("H", [None, 3])
-def test_out_poisoned(xp, api, op, H):
+def test_out_poisoned(xp, op, H):
     graph = named_graph("duplicates")
     rng = np.random.default_rng(4)
     head = () if H is None else (H,)
@@ -42,6 +42,6 @@ def test_out_poisoned(xp, api, op, H):
     dst = rng.standard_normal((len(graph.indptr) - 1,) + head + feat).astype(np.float32)
     src = rng.standard_normal((graph.num_src,) + head + feat).astype(np.float32)
     out = poison(xp, (len(graph.indices),) + head, np.float32)
-    got = api.sddmm(make_graph(xp, graph), to_xp(xp, dst), to_xp(xp, src), op=op, out=out)
+    got = ca.sddmm(make_graph(xp, graph), to_xp(xp, dst), to_xp(xp, src), op=op, out=out)
     assert got is out
     check_result(xp, out, ref.sddmm(graph.indptr, graph.indices, dst, src, op), np.float32)

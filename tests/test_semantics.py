@@ -1,18 +1,25 @@
 """Semantics every op shares: empty and -inf rows, NaN isolation, dtypes, promotion,
 untouched inputs, out=, sparse-matrix graphs and their edge order."""
+
+import inspect
 import math
 
 import numpy as np
 import pytest
+from helpers import case_params, is_numpy, poison, require_cupy
 
-import reference as ref
-import cupy_csrattn
-from cases import CASE_BY_NAME, CASES, case_params, check_case, check_outputs
-from graphs import GraphData, from_rows, named_graph, num_dst_of, row_of_edges
-from helpers import (array_module_of, check_result, is_numpy, lse_dtype, make_graph, poison,
-                     require_cupy, to_np, to_xp)
+import cupy_csrattn as ca
+import cupy_csrattn.testing.reference as ref
+from cupy_csrattn.ops.registry import OPS
+from cupy_csrattn.testing.arrays import make_graph, to_xp
+from cupy_csrattn.testing.cases import CASE_BY_NAME, CASES, check_case, check_outputs
+from cupy_csrattn.testing.compare import array_module_of, check_result, lse_dtype, to_np
+from cupy_csrattn.testing.graphs import GraphData, from_rows, named_graph, num_dst_of, row_of_edges
 
 INF = math.inf
+
+# The ops that return the row-wise lse on request (each has a case of its own name).
+LSE_OPS = tuple(name for name, op in OPS.items() if "return_lse" in inspect.signature(op.function).parameters)
 
 
 def _head(H):
@@ -21,12 +28,13 @@ def _head(H):
 
 # ------------------------------------------------------------------ empty rows
 
+
 @pytest.mark.parametrize("H", [None, 3])
-@pytest.mark.parametrize("func", ["attention_aggregate", "graph_attention", "gat_attention"])
-def test_empty_rows_give_zero_output_and_lse_minus_inf(xp, api, func, H):
+@pytest.mark.parametrize("func", LSE_OPS)
+def test_empty_rows_give_zero_output_and_lse_minus_inf(xp, func, H):
     graph = named_graph("zero_degree_rows")
     args, _ = CASE_BY_NAME[func].make(np.random.default_rng(0), graph, H, 4, np.float64)
-    out, lse = getattr(api, func)(make_graph(xp, graph), *to_xp(xp, args), return_lse=True)
+    out, lse = getattr(ca, func)(make_graph(xp, graph), *to_xp(xp, args), return_lse=True)
     out, lse = to_np(out), to_np(lse)
     empty = np.diff(graph.indptr) == 0
     assert empty.any() and (~empty).any()
@@ -36,14 +44,15 @@ def test_empty_rows_give_zero_output_and_lse_minus_inf(xp, api, func, H):
 
 
 @pytest.mark.parametrize("func", ["spmm", "attention_aggregate"])
-def test_all_rows_empty_give_zeros(xp, api, func):
+def test_all_rows_empty_give_zeros(xp, func):
     graph = named_graph("all_rows_empty")
     args, _ = CASE_BY_NAME[func].make(np.random.default_rng(1), graph, 2, 3, np.float32)
-    out = to_np(getattr(api, func)(make_graph(xp, graph), *to_xp(xp, args)))
+    out = to_np(getattr(ca, func)(make_graph(xp, graph), *to_xp(xp, args)))
     assert out.shape == (num_dst_of(graph), 2, 3) and (out == 0).all()
 
 
 # ------------------------------------------------------------------ all -inf rows
+
 
 def _graph_and_neg_inf_scores(H=3):
     """Row 1 of head 0 is all -inf; row 2 is all -inf in every head; row 4 has one -inf."""
@@ -56,37 +65,36 @@ def _graph_and_neg_inf_scores(H=3):
     return graph, scores
 
 
-def test_all_neg_inf_row_softmax_gives_zero_weights(xp, api):
+def test_all_neg_inf_row_softmax_gives_zero_weights(xp):
     graph, scores = _graph_and_neg_inf_scores()
-    probs = api.edge_softmax(make_graph(xp, graph), to_xp(xp, scores))
+    probs = ca.edge_softmax(make_graph(xp, graph), to_xp(xp, scores))
     expected = ref.edge_softmax(graph.indptr, scores)[0]
     assert (expected[2:5, 0] == 0).all() and (expected[5] == 0).all()
     check_result(xp, probs, expected, np.float64)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_all_neg_inf_row_aggregate_gives_zero_and_lse_minus_inf(xp, api, dtype):
+def test_all_neg_inf_row_aggregate_gives_zero_and_lse_minus_inf(xp, dtype):
     graph, scores = _graph_and_neg_inf_scores()
     values = np.random.default_rng(3).standard_normal((graph.num_src, 3, 4))
     scores, values = scores.astype(dtype), values.astype(dtype)
-    out, lse = api.attention_aggregate(make_graph(xp, graph), to_xp(xp, scores),
-                                       to_xp(xp, values), return_lse=True)
-    expected_out, expected_lse = ref.attention_aggregate(graph.indptr, graph.indices, scores,
-                                                         values)
+    out, lse = ca.attention_aggregate(make_graph(xp, graph), to_xp(xp, scores), to_xp(xp, values), return_lse=True)
+    expected_out, expected_lse = ref.attention_aggregate(graph.indptr, graph.indices, scores, values)
     assert (expected_out[1, 0] == 0).all() and np.isneginf(expected_lse[[1, 2, 2, 2], [0, 0, 1, 2]]).all()
     check_result(xp, out, expected_out, dtype)
     check_result(xp, lse, expected_lse, dtype)
 
 
-def test_gat_all_neg_inf_row(xp, api):
+def test_gat_all_neg_inf_row(xp):
     graph = named_graph("odd_sizes")
     rng = np.random.default_rng(4)
     a_dst = rng.standard_normal((num_dst_of(graph), 2))
     a_dst[2, 1] = -INF
     a_src = rng.standard_normal((graph.num_src, 2))
     values = rng.standard_normal((graph.num_src, 2, 3))
-    out, lse = api.gat_attention(make_graph(xp, graph), to_xp(xp, a_dst), to_xp(xp, a_src),
-                                 to_xp(xp, values), return_lse=True)
+    out, lse = ca.gat_attention(
+        make_graph(xp, graph), to_xp(xp, a_dst), to_xp(xp, a_src), to_xp(xp, values), return_lse=True
+    )
     expected = ref.gat_attention(graph.indptr, graph.indices, a_dst, a_src, values)
     assert (expected[0][2, 1] == 0).all() and expected[1][2, 1] == -INF
     check_result(xp, out, expected[0], np.float64)
@@ -94,7 +102,7 @@ def test_gat_all_neg_inf_row(xp, api):
 
 
 @pytest.mark.parametrize("pass_lse", [False, True])
-def test_all_neg_inf_row_backward_is_zero_not_nan(xp, api, pass_lse):
+def test_all_neg_inf_row_backward_is_zero_not_nan(xp, pass_lse):
     """Zero weights have zero gradient: no NaN from exp(-inf - lse) with lse = -inf."""
     graph, scores = _graph_and_neg_inf_scores()
     rng = np.random.default_rng(5)
@@ -103,12 +111,11 @@ def test_all_neg_inf_row_backward_is_zero_not_nan(xp, api, pass_lse):
     g = make_graph(xp, graph)
     kwargs = {}
     if pass_lse:
-        kwargs["lse"] = to_xp(xp, ref.attention_aggregate(graph.indptr, graph.indices, scores,
-                                                          values)[1])
-    grad_scores, grad_values = api.attention_aggregate_backward(
-        g, to_xp(xp, scores), to_xp(xp, values), to_xp(xp, grad_out), **kwargs)
-    expected = ref.attention_aggregate_backward(graph.indptr, graph.indices, scores, values,
-                                                grad_out)
+        kwargs["lse"] = to_xp(xp, ref.attention_aggregate(graph.indptr, graph.indices, scores, values)[1])
+    grad_scores, grad_values = ca.attention_aggregate_backward(
+        g, to_xp(xp, scores), to_xp(xp, values), to_xp(xp, grad_out), **kwargs
+    )
+    expected = ref.attention_aggregate_backward(graph.indptr, graph.indices, scores, values, grad_out)
     check_result(xp, grad_scores, expected[0], np.float64)
     check_result(xp, grad_values, expected[1], np.float64)
 
@@ -125,32 +132,29 @@ def _nan_setup(func):
     if func in ("edge_softmax", "attention_aggregate"):
         scores = rng.standard_normal((len(graph.indices), H))
         scores[graph.indptr[NAN_ROW] + 2, NAN_HEAD] = np.nan
-        args = (scores,) if func == "edge_softmax" else (
-            scores, rng.standard_normal((graph.num_src, H, 4)))
+        args = (scores,) if func == "edge_softmax" else (scores, rng.standard_normal((graph.num_src, H, 4)))
     elif func == "gat_attention":
         a_dst = rng.standard_normal((num_dst_of(graph), H))
         a_dst[NAN_ROW, NAN_HEAD] = np.nan
-        args = (a_dst, rng.standard_normal((graph.num_src, H)),
-                rng.standard_normal((graph.num_src, H, 4)))
+        args = (a_dst, rng.standard_normal((graph.num_src, H)), rng.standard_normal((graph.num_src, H, 4)))
     else:
         q = rng.standard_normal((num_dst_of(graph), H, 5))
         q[NAN_ROW, NAN_HEAD, 3] = np.nan
-        args = (q, rng.standard_normal((graph.num_src, H, 5)),
-                rng.standard_normal((graph.num_src, H, 4)))
+        args = (q, rng.standard_normal((graph.num_src, H, 5)), rng.standard_normal((graph.num_src, H, 4)))
     return graph, args
 
 
-@pytest.mark.parametrize("func", ["edge_softmax", "attention_aggregate", "gat_attention",
-                                  "graph_attention"])
-def test_nan_stays_in_its_row_and_head(xp, api, func):
+@pytest.mark.parametrize("func", ["edge_softmax", "attention_aggregate", "gat_attention", "graph_attention"])
+def test_nan_stays_in_its_row_and_head(xp, func):
     graph, args = _nan_setup(func)
-    result = getattr(api, func)(make_graph(xp, graph), *to_xp(xp, args),
-                                **({} if func == "edge_softmax" else {"return_lse": True}))
+    result = getattr(ca, func)(
+        make_graph(xp, graph), *to_xp(xp, args), **({} if func == "edge_softmax" else {"return_lse": True})
+    )
     if func == "edge_softmax":
         got = [to_np(result)]
         expected = [ref.edge_softmax(graph.indptr, args[0])[0]]
         nan_mask = np.zeros(got[0].shape, bool)
-        nan_mask[graph.indptr[NAN_ROW]:graph.indptr[NAN_ROW + 1], NAN_HEAD] = True
+        nan_mask[graph.indptr[NAN_ROW] : graph.indptr[NAN_ROW + 1], NAN_HEAD] = True
         masks = [nan_mask]
     else:
         got = [to_np(r) for r in result]
@@ -163,11 +167,10 @@ def test_nan_stays_in_its_row_and_head(xp, api, func):
     for g_arr, e_arr, mask in zip(got, expected, masks):
         np.testing.assert_array_equal(np.isnan(g_arr), mask)
         np.testing.assert_array_equal(np.isnan(e_arr), mask)  # the reference agrees
-        check_result(xp, to_xp(xp, np.where(mask, 0, g_arr)), np.where(mask, 0, e_arr),
-                     np.float64)
+        check_result(xp, to_xp(xp, np.where(mask, 0, g_arr)), np.where(mask, 0, e_arr), np.float64)
 
 
-def test_pos_inf_score_gives_nan_in_its_row_and_head(xp, api):
+def test_pos_inf_score_gives_nan_in_its_row_and_head(xp):
     """As scipy.special.softmax: a +inf score makes its row and head NaN."""
     import scipy.special
 
@@ -175,7 +178,7 @@ def test_pos_inf_score_gives_nan_in_its_row_and_head(xp, api):
     scores = np.random.default_rng(7).standard_normal((len(graph.indices), 2))
     start, stop = graph.indptr[NAN_ROW], graph.indptr[NAN_ROW + 1]
     scores[start + 1, 0] = INF
-    probs = to_np(api.edge_softmax(make_graph(xp, graph), to_xp(xp, scores)))
+    probs = to_np(ca.edge_softmax(make_graph(xp, graph), to_xp(xp, scores)))
     with np.errstate(invalid="ignore"):
         assert np.isnan(scipy.special.softmax(scores[start:stop, 0])).all()
     mask = np.zeros(probs.shape, bool)
@@ -191,12 +194,12 @@ ALL_CASES = case_params()
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
-def test_float16_in_float16_out(xp, api, case):
+def test_float16_in_float16_out(xp, case):
     """float16 returns float16 (lse float32) and matches the float64 reference at fp16 tolerance."""
     graph = named_graph("zero_degree_rows")
     args, kwargs = case.make(np.random.default_rng(8), graph, 3, 5, np.float16)
     expected = case.reference(graph, args, kwargs)
-    got = case.run(api, make_graph(xp, graph), to_xp(xp, args), to_xp(xp, kwargs))
+    got = case.run(make_graph(xp, graph), to_xp(xp, args), to_xp(xp, kwargs))
     for i, arr in enumerate(got):
         if arr is not None:
             assert arr.dtype == (np.float32 if i == case.lse_index else np.float16), (i, arr.dtype)
@@ -204,8 +207,7 @@ def test_float16_in_float16_out(xp, api, case):
 
 
 def _promotable(case, which):
-    args, kwargs = case.make(np.random.default_rng(0), named_graph("single_edge"), None, 2,
-                             np.float64)
+    args, kwargs = case.make(np.random.default_rng(0), named_graph("single_edge"), None, 2, np.float64)
     if len(case.float_args(args, kwargs)) < 2:
         return False
     # inputs that must agree with each other (lse, out from the forward) are made at the
@@ -223,7 +225,7 @@ PROMOTION_PARAMS = [
 
 
 @pytest.mark.parametrize("case,which,pair", PROMOTION_PARAMS)
-def test_mixed_float_dtypes_promote(xp, api, case, which, pair):
+def test_mixed_float_dtypes_promote(xp, case, which, pair):
     """One input at a narrower float dtype: the result has np.result_type of the inputs."""
     base, narrow = pair
     graph = named_graph("duplicates")
@@ -232,7 +234,7 @@ def test_mixed_float_dtypes_promote(xp, api, case, which, pair):
     where = positions[0] if which == "first" else positions[-1]
     args = tuple(a.astype(narrow) if i == where else a for i, a in enumerate(args))
     expected = case.reference(graph, args, kwargs)
-    got = case.run(api, make_graph(xp, graph), to_xp(xp, args), to_xp(xp, kwargs))
+    got = case.run(make_graph(xp, graph), to_xp(xp, args), to_xp(xp, kwargs))
     for i, arr in enumerate(got):
         if arr is not None:
             want = lse_dtype(base) if i == case.lse_index else np.dtype(base)
@@ -241,6 +243,7 @@ def test_mixed_float_dtypes_promote(xp, api, case, which, pair):
 
 
 # ------------------------------------------------------------------ inputs and out=
+
 
 def _strided(xp, a):
     """Same values, not C-contiguous (every other element of a wider buffer)."""
@@ -254,14 +257,14 @@ def _strided(xp, a):
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
-def test_inputs_never_modified(xp, api, case):
+def test_inputs_never_modified(xp, case):
     graph = named_graph("unsorted_columns")
     args, kwargs = case.make(np.random.default_rng(10), graph, 3, 4, np.float32)
     xargs, xkwargs = to_xp(xp, args), to_xp(xp, kwargs)
     indptr, indices = to_xp(xp, graph.indptr), to_xp(xp, graph.indices)
-    g = cupy_csrattn.CSRGraph(indptr, indices, graph.num_src)
-    case.run(api, g, xargs, xkwargs)
-    case.run(api, (indptr, indices, graph.num_src), xargs, xkwargs)
+    g = ca.CSRGraph(indptr, indices, graph.num_src)
+    case.run(g, xargs, xkwargs)
+    case.run((indptr, indices, graph.num_src), xargs, xkwargs)
     for before, after in zip(args, xargs):
         if before is not None:
             np.testing.assert_array_equal(to_np(after), before)
@@ -274,61 +277,60 @@ def test_inputs_never_modified(xp, api, case):
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
-def test_non_contiguous_inputs(xp, api, case):
+def test_non_contiguous_inputs(xp, case):
     graph = named_graph("odd_sizes")
     args, kwargs = case.make(np.random.default_rng(11), graph, 3, 4, np.float64)
     strided = tuple(_strided(xp, a) for a in args)
     kw = {k: (_strided(xp, v) if isinstance(v, np.ndarray) else v) for k, v in kwargs.items()}
-    got = case.run(api, make_graph(xp, graph), strided, kw)
+    got = case.run(make_graph(xp, graph), strided, kw)
     check_outputs(xp, case, got, case.reference(graph, args, kwargs), args, kwargs)
 
 
 @pytest.mark.parametrize("case", case_params(where=lambda c: c.out_index is not None))
-def test_out_returned_and_filled(xp, api, case):
+def test_out_returned_and_filled(xp, case):
     """out= pre-filled with NaN: every element must be written, and out itself returned."""
     graph = named_graph("zero_degree_rows")
     args, kwargs = case.make(np.random.default_rng(12), graph, 3, 5, np.float32)
     expected = case.reference(graph, args, kwargs)
     out = poison(xp, expected[case.out_index].shape, np.float32)
-    got = case.run(api, make_graph(xp, graph), to_xp(xp, args), dict(to_xp(xp, kwargs), out=out))
+    got = case.run(make_graph(xp, graph), to_xp(xp, args), dict(to_xp(xp, kwargs), out=out))
     assert got[case.out_index] is out
     check_outputs(xp, case, got, expected, args, kwargs)
 
 
 # ------------------------------------------------------------------ graph forms
 
-def test_duplicate_edges_are_distinct(xp, api):
+
+def test_duplicate_edges_are_distinct(xp):
     graph = from_rows([[1, 1], [0, 1, 1, 1]], num_src=2)
     scores = np.array([0.3, 0.3, 2.0, -1.0, -1.0, 0.5])
-    probs = to_np(api.edge_softmax(make_graph(xp, graph), to_xp(xp, scores)))
+    probs = to_np(ca.edge_softmax(make_graph(xp, graph), to_xp(xp, scores)))
     np.testing.assert_allclose(probs[:2], [0.5, 0.5], rtol=1e-12)
-    np.testing.assert_allclose(probs[2:], ref.edge_softmax(np.array([0, 4]), scores[2:])[0],
-                               rtol=1e-12)
+    np.testing.assert_allclose(probs[2:], ref.edge_softmax(np.array([0, 4]), scores[2:])[0], rtol=1e-12)
     assert probs[3] == probs[4] and probs[3] < probs[5]
 
 
 @pytest.mark.parametrize("kind", ["csrgraph", "tuple3", "csr"])
-@pytest.mark.parametrize("case", case_params("edge_softmax", "spmm", "attention_aggregate",
-                                             "gat_attention_backward"))
-def test_graph_forms_agree(xp, api, case, kind):
+@pytest.mark.parametrize("case", case_params("edge_softmax", "spmm", "attention_aggregate", "gat_attention_backward"))
+def test_graph_forms_agree(xp, case, kind):
     """CSRGraph, (indptr, indices, num_src) and a sparse CSR matrix give the same results."""
-    check_case(xp, api, case, named_graph("unsorted_columns"), 2, 3, np.float64, seed=13,
-               kind=kind)
+    check_case(xp, case, named_graph("unsorted_columns"), 2, 3, np.float64, seed=13, kind=kind)
 
 
-def test_two_tuple_graph(xp, api):
+def test_two_tuple_graph(xp):
     """(indptr, indices) works when every source index appears (num_src inferred)."""
     graph = from_rows([[2, 0], [1], [0, 1, 2]], num_src=3)
     rng = np.random.default_rng(14)
     scores = rng.standard_normal(len(graph.indices))
     values = rng.standard_normal((3, 4))
-    got = api.attention_aggregate((to_xp(xp, graph.indptr), to_xp(xp, graph.indices)),
-                                  to_xp(xp, scores), to_xp(xp, values))
-    check_result(xp, got, ref.attention_aggregate(graph.indptr, graph.indices, scores, values)[0],
-                 np.float64)
+    got = ca.attention_aggregate(
+        (to_xp(xp, graph.indptr), to_xp(xp, graph.indices)), to_xp(xp, scores), to_xp(xp, values)
+    )
+    check_result(xp, got, ref.attention_aggregate(graph.indptr, graph.indices, scores, values)[0], np.float64)
 
 
 # ------------------------------------------------------------------ sparse matrices
+
 
 def _sparse_module(xp):
     if is_numpy(xp):
@@ -366,7 +368,8 @@ def _build_sparse(xp, fmt, cls):
     indptr = np.zeros(shape[0 if fmt == "csr" else 1] + 1, np.int32)
     indptr[1:] = np.cumsum(np.bincount(major, minlength=len(indptr) - 1))
     matrix = getattr(sparse, f"{fmt}_{cls}")(
-        (to_xp(xp, data[order]), to_xp(xp, minor[order]), to_xp(xp, indptr)), shape=shape)
+        (to_xp(xp, data[order]), to_xp(xp, minor[order]), to_xp(xp, indptr)), shape=shape
+    )
     return matrix
 
 
@@ -398,10 +401,10 @@ FORMATS = [(fmt, cls) for fmt in ("csr", "csc", "coo") for cls in ("matrix", "ar
 
 
 @pytest.mark.parametrize("fmt,cls", FORMATS)
-def test_edge_softmax_of_sparse_matrix_keeps_class_and_structure(xp, api, fmt, cls):
+def test_edge_softmax_of_sparse_matrix_keeps_class_and_structure(xp, fmt, cls):
     A = _build_sparse(xp, fmt, cls)
     data_before = to_np(A.data).copy()
-    result = api.edge_softmax(A)
+    result = ca.edge_softmax(A)
     assert type(result) is type(A)
     assert result.format == A.format and result.shape == A.shape
     if fmt == "coo":
@@ -418,7 +421,7 @@ def test_edge_softmax_of_sparse_matrix_keeps_class_and_structure(xp, api, fmt, c
 
 
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
-def test_sparse_graph_edge_arrays_follow_stored_order(xp, api, fmt):
+def test_sparse_graph_edge_arrays_follow_stored_order(xp, fmt):
     """With a CSC/COO graph, edge arrays in and out are in A.data order."""
     A = _build_sparse(xp, fmt, "matrix")
     graph, perm = _reference_graph(A)
@@ -429,61 +432,58 @@ def test_sparse_graph_edge_arrays_follow_stored_order(xp, api, fmt):
     dst = rng.standard_normal((A.shape[0], 2, 4))
     src = rng.standard_normal((A.shape[1], 2, 4))
 
-    probs = api.edge_softmax(A, to_xp(xp, scores))
-    check_result(xp, probs, _to_data_order(ref.edge_softmax(graph.indptr, scores[perm])[0], perm),
-                 np.float64)
-    out = api.attention_aggregate(A, to_xp(xp, scores), to_xp(xp, values))
-    check_result(xp, out, ref.attention_aggregate(graph.indptr, graph.indices, scores[perm],
-                                                  values)[0], np.float64)
-    out = api.spmm(A, to_xp(xp, scores), to_xp(xp, values))
+    probs = ca.edge_softmax(A, to_xp(xp, scores))
+    check_result(xp, probs, _to_data_order(ref.edge_softmax(graph.indptr, scores[perm])[0], perm), np.float64)
+    out = ca.attention_aggregate(A, to_xp(xp, scores), to_xp(xp, values))
+    check_result(xp, out, ref.attention_aggregate(graph.indptr, graph.indices, scores[perm], values)[0], np.float64)
+    out = ca.spmm(A, to_xp(xp, scores), to_xp(xp, values))
     check_result(xp, out, ref.spmm(graph.indptr, graph.indices, scores[perm], values), np.float64)
-    edge = api.sddmm(A, to_xp(xp, dst), to_xp(xp, src), op="dot")
-    check_result(xp, edge, _to_data_order(ref.sddmm(graph.indptr, graph.indices, dst, src), perm),
-                 np.float64)
-    grad_scores, _ = api.attention_aggregate_backward(A, to_xp(xp, scores), to_xp(xp, values),
-                                                      to_xp(xp, dst[..., :3]))
-    expected = ref.attention_aggregate_backward(graph.indptr, graph.indices, scores[perm], values,
-                                                dst[..., :3])[0]
+    edge = ca.sddmm(A, to_xp(xp, dst), to_xp(xp, src), op="dot")
+    check_result(xp, edge, _to_data_order(ref.sddmm(graph.indptr, graph.indices, dst, src), perm), np.float64)
+    grad_scores, _ = ca.attention_aggregate_backward(A, to_xp(xp, scores), to_xp(xp, values), to_xp(xp, dst[..., :3]))
+    expected = ref.attention_aggregate_backward(graph.indptr, graph.indices, scores[perm], values, dst[..., :3])[0]
     check_result(xp, grad_scores, _to_data_order(expected, perm), np.float64)
 
 
-def test_sparse_spmm_ignores_data_when_weights_none(xp, api):
+def test_sparse_spmm_ignores_data_when_weights_none(xp):
     """weights=None means weights of one, also when the graph is a matrix with data."""
     A = _build_sparse(xp, "csc", "matrix")
     graph, _ = _reference_graph(A)
     values = np.random.default_rng(17).standard_normal((A.shape[1], 3))
-    out = api.spmm(A, None, to_xp(xp, values))
+    out = ca.spmm(A, None, to_xp(xp, values))
     check_result(xp, out, ref.spmm(graph.indptr, graph.indices, None, values), np.float64)
 
 
 # ------------------------------------------------------------------ devices
 
-def test_gpu_graph_with_numpy_inputs_computes_on_gpu(xp, api):
+
+def test_gpu_graph_with_numpy_inputs_computes_on_gpu(xp):
     if is_numpy(xp):
         pytest.skip("GPU placement test; runs with the cupy backend")
     graph = named_graph("odd_sizes")
     g = make_graph(xp, graph)  # on the GPU
     scores = np.random.default_rng(18).standard_normal(len(graph.indices))
-    probs = api.edge_softmax(g, scores)
+    probs = ca.edge_softmax(g, scores)
     assert array_module_of(probs) == "cupy"
     check_result(xp, probs, ref.edge_softmax(graph.indptr, scores)[0], np.float64)
 
 
-def test_numpy_graph_with_cupy_inputs_computes_on_gpu(xp, api):
+def test_numpy_graph_with_cupy_inputs_computes_on_gpu(xp):
     if is_numpy(xp):
         pytest.skip("GPU placement test; runs with the cupy backend")
     cupy = require_cupy()
     graph = named_graph("odd_sizes")
     scores = np.random.default_rng(19).standard_normal(len(graph.indices))
-    probs = api.edge_softmax((graph.indptr, graph.indices, graph.num_src), cupy.asarray(scores))
+    probs = ca.edge_softmax((graph.indptr, graph.indices, graph.num_src), cupy.asarray(scores))
     assert array_module_of(probs) == "cupy"
     check_result(xp, probs, ref.edge_softmax(graph.indptr, scores)[0], np.float64)
 
 
 # ------------------------------------------------------------------ leaky_relu at 0
 
+
 @pytest.mark.parametrize("slope", [0.2, 0.05])
-def test_gat_leaky_relu_derivative_at_zero_uses_slope(xp, api, slope):
+def test_gat_leaky_relu_derivative_at_zero_uses_slope(xp, slope):
     """a_dst + a_src == 0 exactly on some edges: the derivative there is negative_slope."""
     graph = from_rows([[0, 1, 2], [2, 0], [1]], num_src=3)
     a_dst = np.array([[1.0, -0.5], [0.25, 2.0], [-1.5, 0.0]])
@@ -494,11 +494,14 @@ def test_gat_leaky_relu_derivative_at_zero_uses_slope(xp, api, slope):
     values = rng.standard_normal((3, 2, 4))
     grad_out = rng.standard_normal((3, 2, 4))
     g = make_graph(xp, graph)
-    out, lse = api.gat_attention(g, to_xp(xp, a_dst), to_xp(xp, a_src), to_xp(xp, values),
-                                 negative_slope=slope, return_lse=True)
-    grads = api.gat_attention_backward(g, to_xp(xp, a_dst), to_xp(xp, a_src), to_xp(xp, values),
-                                       out, to_xp(xp, grad_out), lse, negative_slope=slope)
-    expected = ref.gat_attention_backward(graph.indptr, graph.indices, a_dst, a_src, values,
-                                          grad_out, negative_slope=slope)
+    out, lse = ca.gat_attention(
+        g, to_xp(xp, a_dst), to_xp(xp, a_src), to_xp(xp, values), negative_slope=slope, return_lse=True
+    )
+    grads = ca.gat_attention_backward(
+        g, to_xp(xp, a_dst), to_xp(xp, a_src), to_xp(xp, values), out, to_xp(xp, grad_out), lse, negative_slope=slope
+    )
+    expected = ref.gat_attention_backward(
+        graph.indptr, graph.indices, a_dst, a_src, values, grad_out, negative_slope=slope
+    )
     for got, want in zip(grads, expected):
         check_result(xp, got, want, np.float64)

@@ -12,6 +12,7 @@ zero output and lse -inf; a row whose scores are all -inf gives zero weights and
 lse -inf; a NaN score makes its whole row and head NaN; a +inf score makes its row
 and head NaN (as scipy.special.softmax) with lse +inf.
 """
+
 import math
 
 import numpy as np
@@ -20,6 +21,7 @@ NEG_INF = -math.inf
 
 
 # ------------------------------------------------------------------ layout helpers
+
 
 def _f64(a):
     return np.array(a, dtype=np.float64)  # always a copy
@@ -83,6 +85,7 @@ def leaky_relu_grad(z, negative_slope):
 
 # ------------------------------------------------------------------ softmax
 
+
 def edge_softmax(indptr, scores):
     """-> (probs like scores, lse (N,) or (N, H))."""
     s, heads = _edge(scores)
@@ -111,6 +114,7 @@ def edge_softmax_backward(indptr, probs, grad_probs):
 
 
 # ------------------------------------------------------------------ spmm
+
 
 def spmm(indptr, indices, weights, values):
     """out[d] = sum over row d's edges e of weights[e] * values[src(e)]; weights None -> 1."""
@@ -146,6 +150,7 @@ def spmm_backward(indptr, indices, weights, values, grad_out):
 
 # ------------------------------------------------------------------ sddmm
 
+
 def _sddmm_operands(dst_feat, src_feat, op):
     """(dst, src, heads): (N, H, D) vectors for "dot", (N, H) scalars for "add"."""
     node = _node_vec if op == "dot" else _node_scalar
@@ -155,7 +160,7 @@ def _sddmm_operands(dst_feat, src_feat, op):
 
 
 def sddmm(indptr, indices, dst_feat, src_feat, op="dot", scale=1.0):
-    """"dot": scale * <dst[d], src[s]>; "add": dst[d] + src[s]. -> (E,) or (E, H)."""
+    """ "dot": scale * <dst[d], src[s]>; "add": dst[d] + src[s]. -> (E,) or (E, H)."""
     src = _ints(indices)
     a, b, heads = _sddmm_operands(dst_feat, src_feat, op)
     out = np.zeros((len(src), a.shape[1]))
@@ -189,6 +194,7 @@ def sddmm_backward(indptr, indices, dst_feat, src_feat, grad_scores, op="dot", s
 
 
 # ------------------------------------------------------------------ fused attention
+
 
 def attention_aggregate(indptr, indices, scores, values):
     """-> (out (N,[H,]F), lse (N,[H])): per row, softmax over its edges, then the weighted sum."""
@@ -266,6 +272,5 @@ def gat_attention_backward(indptr, indices, a_dst, a_src, values, grad_out, nega
     for e in range(g.shape[0]):
         for h in range(g.shape[1]):
             grad_z[e, h] = g[e, h] * leaky_relu_grad(z[e, h], negative_slope)
-    grad_a_dst, grad_a_src = sddmm_backward(indptr, indices, a_dst, a_src,
-                                            _drop(grad_z, heads), "add")
+    grad_a_dst, grad_a_src = sddmm_backward(indptr, indices, a_dst, a_src, _drop(grad_z, heads), "add")
     return grad_a_dst, grad_a_src, grad_values

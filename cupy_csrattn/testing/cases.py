@@ -1,0 +1,353 @@
+"""One table of every op call form, so the tests and ``csrattn check`` cover all ops alike.
+
+An OpCase makes random NumPy inputs for a graph, calls a registered op (see
+cupy_csrattn.ops.registry) and knows the naive loop reference's answer. ``check_case`` is
+the standard comparison. Every registered op has at least one case (a test checks it).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cupy_csrattn.ops.registry import OPS
+from cupy_csrattn.testing import reference as ref
+from cupy_csrattn.testing.arrays import edge_array, make_graph, node_scalars, node_vectors, to_xp
+from cupy_csrattn.testing.compare import check_result, lse_dtype, magnitude
+from cupy_csrattn.testing.graphs import num_dst_of
+
+SDDMM_SCALE = 0.7
+ATTN_SCALE = 0.3
+GAT_SLOPE = 0.05
+
+
+def qk_width(F):
+    """q/k feature width D, different from the value width F."""
+    return F + 1
+
+
+@dataclass(frozen=True)
+class OpCase:
+    name: str
+    op: str  # name of the registered op it calls
+    make: object  # (rng, graph, H, F, dtype) -> (args tuple, kwargs dict) of NumPy inputs
+    reference: object  # (graph, args, kwargs) -> tuple of float64 arrays (None where the op returns None)
+    out_index: object = 0  # output that out= receives; None: the op takes no out=
+    lse_index: object = None  # output that is an lse
+    aux: tuple = ()  # positional args that do not take part in dtype promotion (lse)
+
+    def __str__(self):
+        return self.name
+
+    def run(self, graph, args, kwargs):
+        result = OPS[self.op].function(graph, *args, **kwargs)
+        return result if isinstance(result, tuple) else (result,)
+
+    def float_args(self, args, kwargs):
+        """The inputs whose dtypes decide the result dtype."""
+        return [a for i, a in enumerate(args) if a is not None and i not in self.aux]
+
+    def expected_dtype(self, index, args, kwargs):
+        result = np.result_type(*[a.dtype for a in self.float_args(args, kwargs)])
+        return lse_dtype(result) if index == self.lse_index else result
+
+
+# ---------------------------------------------------------------- input makers
+
+
+def _scores(rng, g, H, dtype):
+    return edge_array(rng, len(g.indices), H, dtype, scale=2.0)
+
+
+def _values(rng, g, H, F, dtype):
+    return node_vectors(rng, g.num_src, H, F, dtype)
+
+
+def _grad_out(rng, g, H, F, dtype):
+    return node_vectors(rng, num_dst_of(g), H, F, dtype)
+
+
+def _qkv(rng, g, H, F, dtype):
+    D = qk_width(F)
+    return (
+        node_vectors(rng, num_dst_of(g), H, D, dtype),
+        node_vectors(rng, g.num_src, H, D, dtype),
+        _values(rng, g, H, F, dtype),
+    )
+
+
+def _gat_inputs(rng, g, H, F, dtype):
+    return (
+        node_scalars(rng, num_dst_of(g), H, dtype),
+        node_scalars(rng, g.num_src, H, dtype),
+        _values(rng, g, H, F, dtype),
+    )
+
+
+CASES = []
+
+
+def _case(**kw):
+    CASES.append(OpCase(**kw))
+
+
+# edge_softmax ------------------------------------------------------------------
+_case(
+    name="edge_softmax",
+    op="edge_softmax",
+    make=lambda rng, g, H, F, dt: ((_scores(rng, g, H, dt),), {}),
+    reference=lambda g, a, kw: (ref.edge_softmax(g.indptr, a[0])[0],),
+)
+
+
+def _make_softmax_backward(rng, g, H, F, dt):
+    probs = ref.edge_softmax(g.indptr, _scores(rng, g, H, dt))[0].astype(dt)
+    return (probs, edge_array(rng, len(g.indices), H, dt)), {}
+
+
+_case(
+    name="edge_softmax_backward",
+    op="edge_softmax_backward",
+    make=_make_softmax_backward,
+    reference=lambda g, a, kw: (ref.edge_softmax_backward(g.indptr, a[0], a[1]),),
+)
+
+# spmm --------------------------------------------------------------------------
+_case(
+    name="spmm",
+    op="spmm",
+    make=lambda rng, g, H, F, dt: ((edge_array(rng, len(g.indices), H, dt), _values(rng, g, H, F, dt)), {}),
+    reference=lambda g, a, kw: (ref.spmm(g.indptr, g.indices, a[0], a[1]),),
+)
+_case(
+    name="spmm_unweighted",
+    op="spmm",
+    make=lambda rng, g, H, F, dt: ((None, _values(rng, g, H, F, dt)), {}),
+    reference=lambda g, a, kw: (ref.spmm(g.indptr, g.indices, None, a[1]),),
+)
+_case(
+    name="spmm_backward",
+    op="spmm_backward",
+    out_index=None,
+    make=lambda rng, g, H, F, dt: (
+        (edge_array(rng, len(g.indices), H, dt), _values(rng, g, H, F, dt), _grad_out(rng, g, H, F, dt)),
+        {},
+    ),
+    reference=lambda g, a, kw: ref.spmm_backward(g.indptr, g.indices, *a),
+)
+_case(
+    name="spmm_backward_unweighted",
+    op="spmm_backward",
+    out_index=None,
+    make=lambda rng, g, H, F, dt: ((None, _values(rng, g, H, F, dt), _grad_out(rng, g, H, F, dt)), {}),
+    reference=lambda g, a, kw: ref.spmm_backward(g.indptr, g.indices, *a),
+)
+
+# sddmm -------------------------------------------------------------------------
+_case(
+    name="sddmm_dot",
+    op="sddmm",
+    make=lambda rng, g, H, F, dt: (
+        (node_vectors(rng, num_dst_of(g), H, F, dt), node_vectors(rng, g.num_src, H, F, dt)),
+        {"op": "dot", "scale": SDDMM_SCALE},
+    ),
+    reference=lambda g, a, kw: (ref.sddmm(g.indptr, g.indices, a[0], a[1], "dot", kw["scale"]),),
+)
+_case(
+    name="sddmm_dot_default_scale",
+    op="sddmm",
+    make=lambda rng, g, H, F, dt: (
+        (node_vectors(rng, num_dst_of(g), H, F, dt), node_vectors(rng, g.num_src, H, F, dt)),
+        {},
+    ),
+    reference=lambda g, a, kw: (ref.sddmm(g.indptr, g.indices, a[0], a[1], "dot", 1.0),),
+)
+_case(
+    name="sddmm_add",
+    op="sddmm",
+    make=lambda rng, g, H, F, dt: (
+        (node_scalars(rng, num_dst_of(g), H, dt), node_scalars(rng, g.num_src, H, dt)),
+        {"op": "add"},
+    ),
+    reference=lambda g, a, kw: (ref.sddmm(g.indptr, g.indices, a[0], a[1], "add"),),
+)
+_case(
+    name="sddmm_backward_dot",
+    op="sddmm_backward",
+    out_index=None,
+    make=lambda rng, g, H, F, dt: (
+        (
+            node_vectors(rng, num_dst_of(g), H, F, dt),
+            node_vectors(rng, g.num_src, H, F, dt),
+            edge_array(rng, len(g.indices), H, dt),
+        ),
+        {"op": "dot", "scale": SDDMM_SCALE},
+    ),
+    reference=lambda g, a, kw: ref.sddmm_backward(g.indptr, g.indices, *a, "dot", kw["scale"]),
+)
+_case(
+    name="sddmm_backward_add",
+    op="sddmm_backward",
+    out_index=None,
+    make=lambda rng, g, H, F, dt: (
+        (
+            node_scalars(rng, num_dst_of(g), H, dt),
+            node_scalars(rng, g.num_src, H, dt),
+            edge_array(rng, len(g.indices), H, dt),
+        ),
+        {"op": "add"},
+    ),
+    reference=lambda g, a, kw: ref.sddmm_backward(g.indptr, g.indices, *a, "add"),
+)
+
+# attention_aggregate -----------------------------------------------------------
+_case(
+    name="attention_aggregate",
+    op="attention_aggregate",
+    make=lambda rng, g, H, F, dt: ((_scores(rng, g, H, dt), _values(rng, g, H, F, dt)), {}),
+    reference=lambda g, a, kw: (ref.attention_aggregate(g.indptr, g.indices, *a)[0],),
+)
+_case(
+    name="attention_aggregate_lse",
+    op="attention_aggregate",
+    lse_index=1,
+    make=lambda rng, g, H, F, dt: ((_scores(rng, g, H, dt), _values(rng, g, H, F, dt)), {"return_lse": True}),
+    reference=lambda g, a, kw: ref.attention_aggregate(g.indptr, g.indices, *a),
+)
+_case(
+    name="attention_aggregate_backward",
+    op="attention_aggregate_backward",
+    out_index=None,
+    make=lambda rng, g, H, F, dt: (
+        (_scores(rng, g, H, dt), _values(rng, g, H, F, dt), _grad_out(rng, g, H, F, dt)),
+        {},
+    ),
+    reference=lambda g, a, kw: ref.attention_aggregate_backward(g.indptr, g.indices, *a),
+)
+
+
+def _make_aggregate_backward_lse(rng, g, H, F, dt):
+    scores, values = _scores(rng, g, H, dt), _values(rng, g, H, F, dt)
+    lse = ref.attention_aggregate(g.indptr, g.indices, scores, values)[1]
+    return (scores, values, _grad_out(rng, g, H, F, dt)), {"lse": lse.astype(lse_dtype(dt))}
+
+
+_case(
+    name="attention_aggregate_backward_lse",
+    op="attention_aggregate_backward",
+    out_index=None,
+    make=_make_aggregate_backward_lse,
+    reference=lambda g, a, kw: ref.attention_aggregate_backward(g.indptr, g.indices, *a),
+)
+
+# graph_attention ---------------------------------------------------------------
+_case(
+    name="graph_attention",
+    op="graph_attention",
+    make=lambda rng, g, H, F, dt: (_qkv(rng, g, H, F, dt), {}),
+    reference=lambda g, a, kw: (ref.graph_attention(g.indptr, g.indices, *a)[0],),
+)
+_case(
+    name="graph_attention_lse_scale",
+    op="graph_attention",
+    lse_index=1,
+    make=lambda rng, g, H, F, dt: (_qkv(rng, g, H, F, dt), {"scale": ATTN_SCALE, "return_lse": True}),
+    reference=lambda g, a, kw: ref.graph_attention(g.indptr, g.indices, *a, scale=kw["scale"]),
+)
+
+
+def _make_graph_attention_backward(scale):
+    def make(rng, g, H, F, dt):
+        q, k, v = _qkv(rng, g, H, F, dt)
+        out, lse = ref.graph_attention(g.indptr, g.indices, q, k, v, scale=scale)
+        args = (q, k, v, out.astype(dt), _grad_out(rng, g, H, F, dt), lse.astype(lse_dtype(dt)))
+        return args, ({} if scale is None else {"scale": scale})
+
+    return make
+
+
+for _scale, _suffix in [(None, ""), (ATTN_SCALE, "_scale")]:
+    _case(
+        name="graph_attention_backward" + _suffix,
+        op="graph_attention_backward",
+        out_index=None,
+        aux=(5,),
+        make=_make_graph_attention_backward(_scale),
+        reference=lambda g, a, kw: ref.graph_attention_backward(
+            g.indptr, g.indices, a[0], a[1], a[2], a[4], scale=kw.get("scale")
+        ),
+    )
+
+# gat_attention -----------------------------------------------------------------
+_case(
+    name="gat_attention",
+    op="gat_attention",
+    make=lambda rng, g, H, F, dt: (_gat_inputs(rng, g, H, F, dt), {}),
+    reference=lambda g, a, kw: (ref.gat_attention(g.indptr, g.indices, *a)[0],),
+)
+_case(
+    name="gat_attention_lse_slope",
+    op="gat_attention",
+    lse_index=1,
+    make=lambda rng, g, H, F, dt: (_gat_inputs(rng, g, H, F, dt), {"negative_slope": GAT_SLOPE, "return_lse": True}),
+    reference=lambda g, a, kw: ref.gat_attention(g.indptr, g.indices, *a, negative_slope=kw["negative_slope"]),
+)
+
+
+def _make_gat_backward(slope):
+    def make(rng, g, H, F, dt):
+        a_dst, a_src, values = _gat_inputs(rng, g, H, F, dt)
+        out, lse = ref.gat_attention(
+            g.indptr, g.indices, a_dst, a_src, values, negative_slope=0.2 if slope is None else slope
+        )
+        args = (a_dst, a_src, values, out.astype(dt), _grad_out(rng, g, H, F, dt), lse.astype(lse_dtype(dt)))
+        return args, ({} if slope is None else {"negative_slope": slope})
+
+    return make
+
+
+for _slope, _suffix in [(None, ""), (GAT_SLOPE, "_slope")]:
+    _case(
+        name="gat_attention_backward" + _suffix,
+        op="gat_attention_backward",
+        out_index=None,
+        aux=(5,),
+        make=_make_gat_backward(_slope),
+        reference=lambda g, a, kw: ref.gat_attention_backward(
+            g.indptr, g.indices, a[0], a[1], a[2], a[4], negative_slope=kw.get("negative_slope", 0.2)
+        ),
+    )
+
+CASE_BY_NAME = {case.name: case for case in CASES}
+assert len(CASE_BY_NAME) == len(CASES)
+
+
+def cases(*ops, where=None):
+    """The cases of the given ops (all when none given)."""
+    selected = [c for c in CASES if not ops or c.op in ops]
+    return [c for c in selected if where is None or where(c)]
+
+
+# ---------------------------------------------------------------- standard check
+
+
+def check_outputs(xp, case, got, expected, args, kwargs, *, equal_nan=False, dtype=None):
+    assert len(got) == len(expected), f"{case}: {len(got)} outputs, expected {len(expected)}"
+    # outputs of one op share a scale: a gradient that cancels to ~0 everywhere (GAT's
+    # grad_a_dst on rows whose edges are all on one side of 0) is judged on the others' scale
+    scale = magnitude(*expected)
+    for i, (g_out, e_out) in enumerate(zip(got, expected)):
+        if e_out is None:
+            assert g_out is None, f"{case}: output {i} should be None"
+            continue
+        want = case.expected_dtype(i, args, kwargs) if dtype is None else dtype
+        check_result(xp, g_out, e_out, want, equal_nan=equal_nan, scale=scale, err_msg=f"({case}, output {i})")
+
+
+def check_case(xp, case, graph, H, F, dtype, seed, kind="csrgraph"):
+    """Run one case on random inputs and compare every output with the loop reference."""
+    rng = np.random.default_rng(seed)
+    args, kwargs = case.make(rng, graph, H, F, dtype)
+    expected = case.reference(graph, args, kwargs)
+    got = case.run(make_graph(xp, graph, kind), to_xp(xp, args), to_xp(xp, kwargs))
+    check_outputs(xp, case, got, expected, args, kwargs)
+    return args, kwargs, got
