@@ -1,8 +1,9 @@
 """GPU benchmark of sddmm and the fused graph_attention and gat_attention, forward and backward.
 
 Run on a machine with a GPU, from the repository root:
-    PYTHONPATH=. python3 benchmarks/bench_attention.py [--quick] [graph.mtx ...]
-Writes benchmarks/results/attention_<gpu name>.json and prints each record. Against, in the
+    PYTHONPATH=. python3 benchmarks/bench_attention.py [--quick] [--only NAME ...] [--no-baselines]
+        [--repeat N] [--out FILE] [graph.mtx ...]
+Writes benchmarks/results/attention_<gpu name>.json (or --out FILE) and prints each record. Against, in the
 same run: this library's unfused chain (sddmm -> edge_softmax -> spmm, and their backward),
 a plain CuPy composition with cuSPARSE, and PyG-style message passing (gather, softmax,
 scatter-add; autograd for the backward) when torch_geometric is importable. Each record of
@@ -10,13 +11,15 @@ the fused ops holds peak_extra_bytes: the device memory the call allocates beyon
 (and beyond `out` where it is passed in: the forward of csrattn and of the unfused chain).
 The backward cases time forward + backward together. Graphs and timing as in bench_gpu.py.
 """
+
 import sys
 
 import bench_gpu
 
 
 def cases():
-    from cupy_csrattn.benchmark import Case
+    from cupy_csrattn.bench import Case
+
     f32, f16 = "float32", "float16"
     result = [Case("sddmm", f32, 8, 16), Case("sddmm", f16, 8, 16, baselines=False)]
     for op in ("graph_attention", "gat_attention"):

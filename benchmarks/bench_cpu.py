@@ -14,6 +14,7 @@ Writes benchmarks/results/cpu_<cpu model>.json (or --output).
 
     python3 benchmarks/bench_cpu.py [--rows 100000] [--avg-degree 10] [--loop-stride 1]
 """
+
 import argparse
 import json
 import os
@@ -34,6 +35,7 @@ TARGETS = {"edge_softmax": 30.0, "spmm": 5.0, "attention_aggregate": 5.0}
 
 # ---------------------------------------------------------------------------------------
 # The loops: what a user writes without the library.
+
 
 def loop_edge_softmax(indptr, indices, scores, rows):
     out = np.zeros_like(scores)
@@ -70,6 +72,7 @@ def loop_attention_aggregate(indptr, indices, scores, values, rows):
 
 
 # ---------------------------------------------------------------------------------------
+
 
 def random_graph(num_rows, avg_degree, rng):
     """Log-normal in-degrees scaled to the wanted mean, 2% empty rows, random columns."""
@@ -115,8 +118,9 @@ def main():
     parser.add_argument("--avg-degree", type=float, default=10.0)
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--loop-stride", type=int, default=1,
-                        help="time the loop on every k-th row only and extrapolate linearly")
+    parser.add_argument(
+        "--loop-stride", type=int, default=1, help="time the loop on every k-th row only and extrapolate linearly"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
@@ -129,12 +133,16 @@ def main():
     degrees = np.diff(indptr)
     loop_rows = np.arange(0, n, args.loop_stride)
     extrapolation = n / len(loop_rows)
-    print(f"graph: {n} rows, {e} edges, {int((degrees == 0).sum())} empty rows, "
-          f"largest row {int(degrees.max())} edges, seed {args.seed}")
+    print(
+        f"graph: {n} rows, {e} edges, {int((degrees == 0).sum())} empty rows, "
+        f"largest row {int(degrees.max())} edges, seed {args.seed}"
+    )
     print(f"CPU: {cpu_model()}, {os.cpu_count()} logical cores; numpy {np.__version__}, scipy {scipy.__version__}")
     if args.loop_stride > 1:
-        print(f"loop timed on every {args.loop_stride}th row ({len(loop_rows)} rows, "
-              f"{int(degrees[loop_rows].sum())} edges) and extrapolated linearly x{extrapolation:.2f} to all rows")
+        print(
+            f"loop timed on every {args.loop_stride}th row ({len(loop_rows)} rows, "
+            f"{int(degrees[loop_rows].sum())} edges) and extrapolated linearly x{extrapolation:.2f} to all rows"
+        )
     else:
         print("loop timed on all rows (no extrapolation)")
     print(f"backend: median of {args.repeats} calls after one warm-up; loop: one call")
@@ -146,22 +154,41 @@ def main():
     weights, values = randn(e), randn(n, features)
 
     cases = [
-        ("edge_softmax", {"H": 8},
-         lambda: ca.edge_softmax(graph, scores8),
-         lambda rows: loop_edge_softmax(indptr, indices, scores8, rows), "edges"),
-        ("edge_softmax", {"H": 1},
-         lambda: ca.edge_softmax(graph, scores1),
-         lambda rows: loop_edge_softmax(indptr, indices, scores1, rows), "edges"),
-        ("spmm", {"F": features},
-         lambda: ca.spmm(graph, weights, values),
-         lambda rows: loop_spmm(indptr, indices, weights, values, rows), "rows"),
-        ("attention_aggregate", {"F": features},
-         lambda: ca.attention_aggregate(graph, scores1, values),
-         lambda rows: loop_attention_aggregate(indptr, indices, scores1, values, rows), "rows"),
+        (
+            "edge_softmax",
+            {"H": 8},
+            lambda: ca.edge_softmax(graph, scores8),
+            lambda rows: loop_edge_softmax(indptr, indices, scores8, rows),
+            "edges",
+        ),
+        (
+            "edge_softmax",
+            {"H": 1},
+            lambda: ca.edge_softmax(graph, scores1),
+            lambda rows: loop_edge_softmax(indptr, indices, scores1, rows),
+            "edges",
+        ),
+        (
+            "spmm",
+            {"F": features},
+            lambda: ca.spmm(graph, weights, values),
+            lambda rows: loop_spmm(indptr, indices, weights, values, rows),
+            "rows",
+        ),
+        (
+            "attention_aggregate",
+            {"F": features},
+            lambda: ca.attention_aggregate(graph, scores1, values),
+            lambda rows: loop_attention_aggregate(indptr, indices, scores1, values, rows),
+            "rows",
+        ),
     ]
 
-    loop_edges = np.concatenate([np.arange(indptr[d], indptr[d + 1]) for d in loop_rows]) \
-        if args.loop_stride > 1 else slice(None)
+    loop_edges = (
+        np.concatenate([np.arange(indptr[d], indptr[d + 1]) for d in loop_rows])
+        if args.loop_stride > 1
+        else slice(None)
+    )
     results = []
     for op, params, backend_call, loop_call, axis in cases:
         backend_seconds, backend_times = median_time(backend_call, args.repeats)
@@ -179,14 +206,23 @@ def main():
             return 1
         ratio = loop_seconds / backend_seconds
         target = TARGETS[op]
-        results.append({
-            "op": op, **params, "dtype": "float32",
-            "backend_seconds_median": backend_seconds, "backend_seconds_all": backend_times,
-            "loop_seconds": loop_seconds, "loop_seconds_measured": loop_measured,
-            "loop_rows_timed": int(len(loop_rows)), "loop_extrapolated": args.loop_stride > 1,
-            "loop_extrapolation_factor": extrapolation,
-            "ratio": ratio, "target_ratio": target, "meets_target": bool(ratio >= target),
-        })
+        results.append(
+            {
+                "op": op,
+                **params,
+                "dtype": "float32",
+                "backend_seconds_median": backend_seconds,
+                "backend_seconds_all": backend_times,
+                "loop_seconds": loop_seconds,
+                "loop_seconds_measured": loop_measured,
+                "loop_rows_timed": int(len(loop_rows)),
+                "loop_extrapolated": args.loop_stride > 1,
+                "loop_extrapolation_factor": extrapolation,
+                "ratio": ratio,
+                "target_ratio": target,
+                "meets_target": bool(ratio >= target),
+            }
+        )
 
     print()
     print(f"{'op':<22}{'params':<8}{'backend':>12}{'loop':>12}{'ratio':>10}{'target':>9}")
@@ -194,26 +230,43 @@ def main():
         params = ",".join(f"{k}={r[k]}" for k in ("H", "F") if k in r)
         mark = "" if r["meets_target"] else "  BELOW TARGET"
         loop_note = "*" if r["loop_extrapolated"] else ""
-        print(f"{r['op']:<22}{params:<8}{r['backend_seconds_median'] * 1e3:>9.1f} ms"
-              f"{r['loop_seconds'] * 1e3:>9.0f} ms{loop_note}{r['ratio']:>9.1f}x{r['target_ratio']:>8.0f}x{mark}")
+        print(
+            f"{r['op']:<22}{params:<8}{r['backend_seconds_median'] * 1e3:>9.1f} ms"
+            f"{r['loop_seconds'] * 1e3:>9.0f} ms{loop_note}{r['ratio']:>9.1f}x{r['target_ratio']:>8.0f}x{mark}"
+        )
     if args.loop_stride > 1:
         print(f"* extrapolated from {len(loop_rows)} of {n} rows")
 
     report = {
         "benchmark": "cupy_csrattn CPU backend vs per-row Python loop",
-        "host": socket.gethostname(), "cpu_model": cpu_model(), "logical_cores": os.cpu_count(),
+        "host": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "logical_cores": os.cpu_count(),
         "load_average_1_5_15min_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
         "cupy_csrattn": getattr(ca, "__version__", "unknown"),
-        "graph": {"rows": n, "edges": int(e), "empty_rows": int((degrees == 0).sum()),
-                  "max_degree": int(degrees.max()), "avg_degree_target": args.avg_degree,
-                  "generator": "log-normal degrees (sigma 1) scaled to the average, 2% empty rows, "
-                               "uniform random columns", "seed": args.seed, "index_dtype": "int32"},
-        "method": {"backend": f"median of {args.repeats} calls after one warm-up",
-                   "loop": "one call of a Python for loop over rows calling numpy on each row's slice",
-                   "loop_extrapolation": (f"timed on every {args.loop_stride}th row ({len(loop_rows)} rows), "
-                                          f"scaled linearly by {extrapolation:.3f}")
-                   if args.loop_stride > 1 else "none: timed on all rows"},
+        "graph": {
+            "rows": n,
+            "edges": int(e),
+            "empty_rows": int((degrees == 0).sum()),
+            "max_degree": int(degrees.max()),
+            "avg_degree_target": args.avg_degree,
+            "generator": "log-normal degrees (sigma 1) scaled to the average, 2% empty rows, uniform random columns",
+            "seed": args.seed,
+            "index_dtype": "int32",
+        },
+        "method": {
+            "backend": f"median of {args.repeats} calls after one warm-up",
+            "loop": "one call of a Python for loop over rows calling numpy on each row's slice",
+            "loop_extrapolation": (
+                f"timed on every {args.loop_stride}th row ({len(loop_rows)} rows), "
+                f"scaled linearly by {extrapolation:.3f}"
+            )
+            if args.loop_stride > 1
+            else "none: timed on all rows",
+        },
         "results": results,
     }
     output = args.output or Path(__file__).resolve().parent / "results" / f"cpu_{slug(cpu_model())}.json"

@@ -7,11 +7,12 @@ int64 indices (with one hub row of 10M edges). On a few thousand sampled rows (p
 hub row and empty rows) the GPU results are compared with a float64 reference computed
 on the host. Exits non-zero on a mismatch.
 """
+
 import sys
 import time
 
-import numpy as np
 import cupy
+import numpy as np
 
 import cupy_csrattn as ca
 
@@ -69,22 +70,27 @@ def check(name, graph, heads, features):
         begin, end = indptr[row], indptr[row + 1]
         row_scores = cupy.asnumpy(scores[begin:end]).astype(np.float64)
         cols = cupy.asnumpy(graph.indices[begin:end])
-        want_probs, want_out = reference_row(row_scores, cupy.asnumpy(values[cupy.asarray(cols)]).astype(np.float64)
-                                             if end > begin else None)
+        want_probs, want_out = reference_row(
+            row_scores, cupy.asnumpy(values[cupy.asarray(cols)]).astype(np.float64) if end > begin else None
+        )
         got_out = cupy.asnumpy(out[row]).astype(np.float64)
         if want_probs is None:
             ok = (got_out == 0).all() and np.isneginf(cupy.asnumpy(lse[row])).all()
         else:
             got_probs = cupy.asnumpy(probs[begin:end]).astype(np.float64)
-            ok = (np.allclose(got_probs, want_probs, rtol=RTOL, atol=RTOL * want_probs.max())
-                  and np.allclose(got_out, want_out, rtol=RTOL, atol=RTOL * max(1.0, np.abs(want_out).max())))
+            ok = np.allclose(got_probs, want_probs, rtol=RTOL, atol=RTOL * want_probs.max()) and np.allclose(
+                got_out, want_out, rtol=RTOL, atol=RTOL * max(1.0, np.abs(want_out).max())
+            )
         if not ok:
             failures += 1
             if failures <= 5:
                 print(f"  MISMATCH {name} row {row} (degree {end - begin})")
-    print(f"{name}: {graph.num_dst} rows, {E} edges ({E * heads} score elements), index {graph.index_dtype}, "
-          f"max degree {int(cupy.asnumpy(graph.degrees()).max())}; ran in {elapsed:.1f} s; "
-          f"{len(rows)} sampled rows checked, {failures} mismatches", flush=True)
+    print(
+        f"{name}: {graph.num_dst} rows, {E} edges ({E * heads} score elements), index {graph.index_dtype}, "
+        f"max degree {int(cupy.asnumpy(graph.degrees()).max())}; ran in {elapsed:.1f} s; "
+        f"{len(rows)} sampled rows checked, {failures} mismatches",
+        flush=True,
+    )
     return failures
 
 
@@ -95,8 +101,7 @@ def main():
     failures += check("int32, E*H > 2^31", graph, heads=8, features=4)
     del graph
     cupy.get_default_memory_pool().free_all_blocks()
-    graph = build(num_dst=50_000_000, num_src=50_000_000, mean_degree=45, index_dtype=np.int64,
-                  hub_edges=10_000_000)
+    graph = build(num_dst=50_000_000, num_src=50_000_000, mean_degree=45, index_dtype=np.int64, hub_edges=10_000_000)
     assert graph.num_edges > 2**31
     failures += check("int64, E > 2^31", graph, heads=1, features=4)
     print("all sampled rows match" if failures == 0 else f"{failures} mismatching rows")

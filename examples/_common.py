@@ -15,6 +15,7 @@ A model here is any object with a dict ``params`` of arrays, ``forward(x) -> log
 (which keeps what its backward needs) and ``backward(grad_logits) -> grads`` (a dict with
 the keys of ``params``).
 """
+
 import math
 import os
 import sys
@@ -25,33 +26,28 @@ import scipy.sparse
 import scipy.sparse.csgraph
 
 import cupy_csrattn as ca
-from cupy_csrattn import datasets
-
+from cupy_csrattn import backend, datasets
 
 # ---------------------------------------------------------------------------------------
 # Backend
 
+
 def select_backend(device):
     """The array module to train with: numpy or cupy.
 
-    device: "cpu", "gpu" or "auto" (the GPU when CuPy finds one).
+    device: "cpu", "gpu" or "auto" (the GPU when CuPy finds a usable one: the library's
+    probe, cupy_csrattn.backend.gpu_status()).
     """
     if device == "cpu":
         print("backend: NumPy on the CPU (--device cpu)")
         return np
-    try:
-        import cupy
-        gpu_count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as error:  # no CuPy, no driver, or no device
+    usable, reason = backend.gpu_status()
+    if not usable:  # no CuPy, no driver, no device, or a device that cannot compute
         if device == "gpu":
-            sys.exit(f"--device gpu: no usable GPU ({type(error).__name__}: {error})")
-        print("backend: NumPy on the CPU (no usable GPU: CuPy missing or no device)")
+            sys.exit(f"--device gpu: {reason}")
+        print(f"backend: NumPy on the CPU ({reason})")
         return np
-    if gpu_count == 0:
-        if device == "gpu":
-            sys.exit("--device gpu: CuPy finds no GPU")
-        print("backend: NumPy on the CPU (CuPy finds no GPU)")
-        return np
+    cupy = backend.cupy
     name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
     name = name.decode() if isinstance(name, bytes) else name
     print(f"backend: CuPy on {name}")
@@ -66,6 +62,7 @@ def to_host(array):
 # ---------------------------------------------------------------------------------------
 # Data
 
+
 class Data:
     """A node-classification problem: graph (with a self-loop on every node), features,
     labels, and a random train/test split of the nodes.
@@ -78,9 +75,9 @@ class Data:
         features = np.asarray(features, dtype=np.float64)
         features = (features - features.mean(axis=0)) / (features.std(axis=0) + 1e-12)
         self.name = name
-        self.graph = graph                                  # CSRGraph, row = destination
-        self.features = features.astype(np.float32)         # (N, F), host
-        self.labels = np.asarray(labels, dtype=np.int64)    # (N,), host
+        self.graph = graph  # CSRGraph, row = destination
+        self.features = features.astype(np.float32)  # (N, F), host
+        self.labels = np.asarray(labels, dtype=np.int64)  # (N,), host
         self.train_idx = train_idx
         self.test_idx = test_idx
         self.num_classes = int(self.labels.max()) + 1
@@ -92,11 +89,13 @@ class Data:
         loops = dst == src
         same_class = self.labels[dst[~loops]] == self.labels[src[~loops]]
         largest = np.bincount(self.labels).max() / len(self.labels)
-        print(f"data: {self.name}: {self.graph.num_dst} nodes, {int((~loops).sum())} edges "
-              f"+ {int(loops.sum())} self-loops, {self.features.shape[1]} features, "
-              f"{self.num_classes} classes (largest {100 * largest:.0f}% of the nodes), "
-              f"edge homophily {same_class.mean():.2f}, "
-              f"{len(self.train_idx)} train / {len(self.test_idx)} test nodes")
+        print(
+            f"data: {self.name}: {self.graph.num_dst} nodes, {int((~loops).sum())} edges "
+            f"+ {int(loops.sum())} self-loops, {self.features.shape[1]} features, "
+            f"{self.num_classes} classes (largest {100 * largest:.0f}% of the nodes), "
+            f"edge homophily {same_class.mean():.2f}, "
+            f"{len(self.train_idx)} train / {len(self.test_idx)} test nodes"
+        )
 
     def majority_test_acc(self):
         """Test accuracy of always answering the most frequent class of the training nodes."""
@@ -106,8 +105,13 @@ class Data:
     def to(self, xp):
         """(graph, features, labels, train_idx, test_idx) on the device of ``xp``."""
         graph = self.graph.to_gpu() if xp is not np else self.graph
-        return (graph, xp.asarray(self.features), xp.asarray(self.labels),
-                xp.asarray(self.train_idx), xp.asarray(self.test_idx))
+        return (
+            graph,
+            xp.asarray(self.features),
+            xp.asarray(self.labels),
+            xp.asarray(self.train_idx),
+            xp.asarray(self.test_idx),
+        )
 
 
 def graph_to_scipy(graph):
@@ -142,8 +146,9 @@ def class_features(labels, num_features, noise, rng):
     return features.astype(np.float32)
 
 
-def sbm_data(num_nodes=3000, num_classes=5, *, degree=10, num_features=16, homophily=0.9,
-             noise=3.0, train_fraction=0.2, seed=0):
+def sbm_data(
+    num_nodes=3000, num_classes=5, *, degree=10, num_features=16, homophily=0.9, noise=3.0, train_fraction=0.2, seed=0
+):
     """A contextual SBM (cupy_csrattn.datasets.contextual_sbm) with a self-loop on every node.
 
     The features alone are noisy (``noise`` is the standard deviation around the class
@@ -151,11 +156,23 @@ def sbm_data(num_nodes=3000, num_classes=5, *, degree=10, num_features=16, homop
     neighbours, what attention does, recovers the class.
     """
     graph, features, labels = datasets.contextual_sbm(
-        num_nodes, num_classes, degree=degree, num_features=num_features,
-        homophily=homophily, feature_noise=noise, seed=seed)
+        num_nodes,
+        num_classes,
+        degree=degree,
+        num_features=num_features,
+        homophily=homophily,
+        feature_noise=noise,
+        seed=seed,
+    )
     train_idx, test_idx = split(num_nodes, train_fraction, np.random.default_rng(seed + 1))
-    return Data(f"contextual SBM (homophily {homophily}, feature noise {noise})",
-                datasets.add_self_loops(graph), features, labels, train_idx, test_idx)
+    return Data(
+        f"contextual SBM (homophily {homophily}, feature noise {noise})",
+        datasets.add_self_loops(graph),
+        features,
+        labels,
+        train_idx,
+        test_idx,
+    )
 
 
 def voronoi_labels(adjacency, num_classes, rng, seeds_per_class=2):
@@ -168,9 +185,9 @@ def voronoi_labels(adjacency, num_classes, rng, seeds_per_class=2):
     _, component = scipy.sparse.csgraph.connected_components(adjacency, directed=False)
     largest = np.flatnonzero(component == np.argmax(np.bincount(component)))
     seeds = rng.choice(largest, size=min(len(largest), seeds_per_class * num_classes), replace=False)
-    _, _, nearest = scipy.sparse.csgraph.dijkstra(adjacency, directed=False, indices=seeds,
-                                                  unweighted=True, min_only=True,
-                                                  return_predecessors=True)
+    _, _, nearest = scipy.sparse.csgraph.dijkstra(
+        adjacency, directed=False, indices=seeds, unweighted=True, min_only=True, return_predecessors=True
+    )
     seed_class = np.zeros(adjacency.shape[0], dtype=np.int64)
     seed_class[seeds] = np.arange(len(seeds)) % num_classes
     labels = rng.integers(0, num_classes, adjacency.shape[0])
@@ -186,12 +203,19 @@ def mtx_data(path, num_classes=5, *, num_features=16, noise=3.0, train_fraction=
     labels = voronoi_labels(graph_to_scipy(graph), num_classes, rng)
     features = class_features(labels, num_features, noise, rng)
     train_idx, test_idx = split(graph.num_dst, train_fraction, rng)
-    return Data(f"{os.path.basename(path)} (Voronoi classes, feature noise {noise})",
-                graph, features, labels, train_idx, test_idx)
+    return Data(
+        f"{os.path.basename(path)} (Voronoi classes, feature noise {noise})",
+        graph,
+        features,
+        labels,
+        train_idx,
+        test_idx,
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # Layers without attention
+
 
 def glorot(rng, shape, dtype, xp):
     """Glorot-uniform initial weights, drawn on the host so every backend starts the same."""
@@ -253,6 +277,7 @@ class MLP:
 # ---------------------------------------------------------------------------------------
 # Loss, optimizer, training loop
 
+
 def cross_entropy(logits, labels, idx, xp):
     """Mean softmax cross-entropy over the nodes ``idx``, and its gradient for all logits."""
     rows = logits[idx]
@@ -283,18 +308,17 @@ class Adam:
     def step(self, grads):
         self.t += 1
         b1, b2 = self.betas
-        lr_t = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
+        lr_t = self.lr * math.sqrt(1 - b2**self.t) / (1 - b1**self.t)
         for name, param in self.params.items():
             g = grads[name]
-            if self.weight_decay and param.ndim > 1:   # no decay on biases
+            if self.weight_decay and param.ndim > 1:  # no decay on biases
                 g = g + self.weight_decay * param
             self.m[name] = b1 * self.m[name] + (1 - b1) * g
             self.v[name] = b2 * self.v[name] + (1 - b2) * g * g
             param -= (lr_t * self.m[name] / (self.v[name] ** 0.5 + self.eps)).astype(param.dtype)
 
 
-def train(model, x, labels, train_idx, test_idx, *, epochs, lr=0.01, weight_decay=5e-4,
-          log_every=1, name="model"):
+def train(model, x, labels, train_idx, test_idx, *, epochs, lr=0.01, weight_decay=5e-4, log_every=1, name="model"):
     """Full-batch training; returns a dict of per-epoch loss / train / test accuracy.
 
     The accuracies printed for an epoch are those of the parameters that the epoch's
@@ -312,8 +336,10 @@ def train(model, x, labels, train_idx, test_idx, *, epochs, lr=0.01, weight_deca
         history["train_acc"].append(accuracy(logits, labels, train_idx))
         history["test_acc"].append(accuracy(logits, labels, test_idx))
         if log_every and (epoch % log_every == 0 or epoch == 1):
-            print(f"{name} epoch {epoch:4d}  loss {history['loss'][-1]:.4f}  "
-                  f"train acc {history['train_acc'][-1]:.3f}  test acc {history['test_acc'][-1]:.3f}")
+            print(
+                f"{name} epoch {epoch:4d}  loss {history['loss'][-1]:.4f}  "
+                f"train acc {history['train_acc'][-1]:.3f}  test acc {history['test_acc'][-1]:.3f}"
+            )
     logits = model.forward(x)
     history["final_loss"] = float(cross_entropy(logits, labels, train_idx, xp)[0])
     history["final_train_acc"] = accuracy(logits, labels, train_idx)
@@ -332,13 +358,15 @@ def compare(name, history, baseline, data):
         print(f"{label:24s} {h['final_train_acc']:9.3f} {h['final_test_acc']:9.3f} {h['seconds']:7.1f}s")
     print(f"{'most frequent class':24s} {'':9s} {majority:9.3f}")
     gain = history["final_test_acc"] - baseline["final_test_acc"]
-    print(f"{name} {'beats' if gain > 0 else 'does NOT beat'} the baseline by {100 * gain:+.1f} "
-          "points of test accuracy")
+    print(
+        f"{name} {'beats' if gain > 0 else 'does NOT beat'} the baseline by {100 * gain:+.1f} points of test accuracy"
+    )
     return {"model": history, "baseline": baseline, "majority_test_acc": majority}
 
 
 # ---------------------------------------------------------------------------------------
 # Gradient check
+
 
 def gradient_check(model, x, labels, idx, *, checks_per_param=6, eps=1e-6, seed=0):
     """Largest relative error between ``model.backward`` and central finite differences.
@@ -401,9 +429,9 @@ def run_training(args, name, check_gradients, build_model, baseline_hidden):
     graph, x, labels, train_idx, test_idx = data.to(xp)
     in_features = x.shape[1]
     model = build_model(graph, in_features, data.num_classes, xp)
-    history = train(model, x, labels, train_idx, test_idx, epochs=args.epochs, lr=args.lr,
-                    log_every=args.log_every, name=name)
+    history = train(
+        model, x, labels, train_idx, test_idx, epochs=args.epochs, lr=args.lr, log_every=args.log_every, name=name
+    )
     mlp = MLP(in_features, baseline_hidden, data.num_classes, rng=np.random.default_rng(args.seed), xp=xp)
-    baseline = train(mlp, x, labels, train_idx, test_idx, epochs=args.epochs, lr=args.lr,
-                     log_every=0, name="MLP")
+    baseline = train(mlp, x, labels, train_idx, test_idx, epochs=args.epochs, lr=args.lr, log_every=0, name="MLP")
     return compare(name, history, baseline, data)

@@ -29,6 +29,7 @@ follow the graph (a Voronoi partition around random seed nodes) and features = c
 The code is written against an array module ``xp``: NumPy on the CPU backend, CuPy on a
 GPU.
 """
+
 import argparse
 import os
 import sys
@@ -55,11 +56,10 @@ class GATLayer:
     def forward(self, graph, x):
         """(N, in_features) -> (N, H, F)."""
         p, n = self.params, self.name
-        z = (x @ p[n + ".W"]).reshape(x.shape[0], self.heads, -1)       # (N, H, F)
-        s_src = (z * p[n + ".a_src"]).sum(axis=2)                         # (N, H)
-        s_dst = (z * p[n + ".a_dst"]).sum(axis=2)                         # (N, H)
-        out, lse = ca.gat_attention(graph, s_dst, s_src, z, negative_slope=NEGATIVE_SLOPE,
-                                    return_lse=True)
+        z = (x @ p[n + ".W"]).reshape(x.shape[0], self.heads, -1)  # (N, H, F)
+        s_src = (z * p[n + ".a_src"]).sum(axis=2)  # (N, H)
+        s_dst = (z * p[n + ".a_dst"]).sum(axis=2)  # (N, H)
+        out, lse = ca.gat_attention(graph, s_dst, s_src, z, negative_slope=NEGATIVE_SLOPE, return_lse=True)
         self.saved = (graph, x, z, s_src, s_dst, out, lse)
         return out
 
@@ -68,12 +68,12 @@ class GATLayer:
         p, n, xp = self.params, self.name, self.xp
         graph, x, z, s_src, s_dst, out, lse = self.saved
         grad_s_dst, grad_s_src, grad_z = ca.gat_attention_backward(
-            graph, s_dst, s_src, z, out, grad_out, lse, negative_slope=NEGATIVE_SLOPE)
+            graph, s_dst, s_src, z, out, grad_out, lse, negative_slope=NEGATIVE_SLOPE
+        )
         # s_src[n, h] = sum_f z[n, h, f] a_src[h, f], and the same for s_dst.
         grads[n + ".a_src"] = xp.einsum("nh,nhf->hf", grad_s_src, z)
         grads[n + ".a_dst"] = xp.einsum("nh,nhf->hf", grad_s_dst, z)
-        grad_z = (grad_z + grad_s_src[:, :, None] * p[n + ".a_src"]
-                  + grad_s_dst[:, :, None] * p[n + ".a_dst"])
+        grad_z = grad_z + grad_s_src[:, :, None] * p[n + ".a_src"] + grad_s_dst[:, :, None] * p[n + ".a_dst"]
         grad_z = grad_z.reshape(x.shape[0], -1)
         grads[n + ".W"] = x.T @ grad_z
         return grad_z @ p[n + ".W"].T
@@ -82,8 +82,9 @@ class GATLayer:
 class GAT:
     """Two GAT layers: heads concatenated and ELU after the first, heads averaged after the second."""
 
-    def __init__(self, graph, in_features, num_classes, *, hidden=8, heads=4, out_heads=2,
-                 rng, dtype=np.float32, xp=np):
+    def __init__(
+        self, graph, in_features, num_classes, *, hidden=8, heads=4, out_heads=2, rng, dtype=np.float32, xp=np
+    ):
         self.graph, self.xp, self.params = graph, xp, {}
         self.layer1 = GATLayer(self.params, "gat1", in_features, heads, hidden, rng, dtype, xp)
         self.layer2 = GATLayer(self.params, "gat2", heads * hidden, out_heads, num_classes, rng, dtype, xp)
@@ -100,7 +101,7 @@ class GAT:
         xp, grads = self.xp, {}
         grads["gat2.b"] = grad_logits.sum(axis=0)
         heads = self.layer2.heads
-        grad_out2 = xp.repeat(grad_logits[:, None, :] / heads, heads, axis=1)   # mean over heads
+        grad_out2 = xp.repeat(grad_logits[:, None, :] / heads, heads, axis=1)  # mean over heads
         grad_hidden = self.layer2.backward(grad_out2, grads)
         grad_pre = _common.elu_backward(self.pre, grad_hidden, xp)
         grads["gat1.b"] = grad_pre.sum(axis=0)
@@ -116,8 +117,10 @@ def check_gradients(seed=0, num_nodes=60, verbose=True):
     x = data.features.astype(np.float64)
     worst, per_param = _common.gradient_check(model, x, data.labels, data.train_idx, seed=seed)
     if verbose:
-        print("gradient check (float64, central differences): max relative error "
-              + ", ".join(f"{k} {v:.1e}" for k, v in per_param.items()))
+        print(
+            "gradient check (float64, central differences): max relative error "
+            + ", ".join(f"{k} {v:.1e}" for k, v in per_param.items())
+        )
     return worst
 
 
@@ -128,11 +131,21 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     return _common.run_training(
-        args, "GAT", lambda: check_gradients(args.seed),
+        args,
+        "GAT",
+        lambda: check_gradients(args.seed),
         lambda graph, in_features, num_classes, xp: GAT(
-            graph, in_features, num_classes, hidden=args.hidden, heads=args.heads,
-            rng=np.random.default_rng(args.seed), xp=xp),
-        baseline_hidden=args.hidden * args.heads)
+            graph,
+            in_features,
+            num_classes,
+            hidden=args.hidden,
+            heads=args.heads,
+            rng=np.random.default_rng(args.seed),
+            xp=xp,
+        ),
+        baseline_hidden=args.hidden * args.heads,
+    )
+
 
 if __name__ == "__main__":
     main()

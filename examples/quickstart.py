@@ -11,7 +11,9 @@ and exits with status 1 on any mismatch.
 
     python3 examples/quickstart.py [--rows 50000] [--heads 4] [--features 32] [--seed 0]
 """
+
 import argparse
+import functools
 import sys
 import time
 
@@ -19,15 +21,11 @@ import numpy as np
 import scipy.sparse
 
 import cupy_csrattn as ca
-
-try:
-    import cupy
-except ImportError:
-    cupy = None
-
+from cupy_csrattn.backend import cupy, gpu_available  # cupy: None without CuPy
 
 # ---------------------------------------------------------------------------------------
 # The graph
+
 
 def random_graph(num_rows, rng):
     """indptr, indices of a square multigraph with heavy-tailed in-degrees.
@@ -51,6 +49,7 @@ def random_graph(num_rows, rng):
 # The reference: float64, one head at a time, built on other primitives than the library
 # (sorting and np.bincount for per-row reductions, scipy.sparse matrices for the sums).
 
+
 class Reference:
     def __init__(self, indptr, indices, num_src):
         self.num_dst = len(indptr) - 1
@@ -62,8 +61,7 @@ class Reference:
 
     def matrix(self, weights):
         """(num_dst, num_src) scipy CSR matrix with duplicates kept as separate entries."""
-        return scipy.sparse.csr_matrix((weights, self.indices, self.indptr),
-                                       shape=(self.num_dst, self.num_src))
+        return scipy.sparse.csr_matrix((weights, self.indices, self.indptr), shape=(self.num_dst, self.num_src))
 
     def row_sum(self, x):
         return np.bincount(self.dst, weights=x, minlength=self.num_dst)
@@ -190,8 +188,10 @@ def mismatch(name, got, want):
     bound = RTOL * np.abs(want[finite]) + RTOL * 0.1 * max(scale, 1e-30)
     if (error > bound).any():
         worst = int(np.argmax(error - bound))
-        return (f"{name}: {int((error > bound).sum())} entries off, worst |diff| {error[worst]:.3g} "
-                f"where the reference is {want[finite][worst]:.6g}")
+        return (
+            f"{name}: {int((error > bound).sum())} entries off, worst |diff| {error[worst]:.3g} "
+            f"where the reference is {want[finite][worst]:.6g}"
+        )
     return None
 
 
@@ -209,16 +209,8 @@ def timed(call, repeats, synchronize=None):
     return result, best
 
 
-def gpu_present():
-    if cupy is None:
-        return False
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
-
-
 # ---------------------------------------------------------------------------------------
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -235,8 +227,10 @@ def main():
     n, heads, features, head_dim = args.rows, args.heads, args.features, args.head_dim
     graph = ca.CSRGraph(indptr, indices, num_src=n)
     degrees = graph.degrees()
-    print(f"graph: {graph.num_dst} rows, {graph.num_edges} edges, {int((degrees == 0).sum())} empty rows, "
-          f"largest row {int(degrees.max())} edges, index dtype {graph.index_dtype}")
+    print(
+        f"graph: {graph.num_dst} rows, {graph.num_edges} edges, {int((degrees == 0).sum())} empty rows, "
+        f"largest row {int(degrees.max())} edges, index dtype {graph.index_dtype}"
+    )
     print(f"heads H={heads}, features F={features}, head dim D={head_dim}, float32 data")
 
     def randn(*shape):
@@ -244,10 +238,15 @@ def main():
 
     e = graph.num_edges
     data = {
-        "scores": 2 * randn(e, heads), "grad_e": randn(e, heads), "weights": randn(e, heads),
-        "values": randn(n, heads, features), "grad_out": randn(n, heads, features),
-        "q": randn(n, heads, head_dim), "k": randn(n, heads, head_dim),
-        "a_dst": randn(n, heads), "a_src": randn(n, heads),
+        "scores": 2 * randn(e, heads),
+        "grad_e": randn(e, heads),
+        "weights": randn(e, heads),
+        "values": randn(n, heads, features),
+        "grad_out": randn(n, heads, features),
+        "q": randn(n, heads, head_dim),
+        "k": randn(n, heads, head_dim),
+        "a_dst": randn(n, heads),
+        "a_src": randn(n, heads),
     }
     scale = 1.0 / np.sqrt(head_dim)
     slope = 0.2
@@ -263,54 +262,102 @@ def main():
 
     cases = [
         ("edge_softmax", lambda g, a, prev: ca.edge_softmax(g, a["scores"]), lambda: r_softmax),
-        ("edge_softmax_backward",
-         lambda g, a, prev: ca.edge_softmax_backward(g, prev["edge_softmax"], a["grad_e"]),
-         lambda: ref.edge_softmax_backward(r_softmax, f64["grad_e"])),
-        ("spmm", lambda g, a, prev: ca.spmm(g, a["weights"], a["values"]),
-         lambda: ref.spmm(f64["weights"], f64["values"])),
-        ("spmm_backward", lambda g, a, prev: ca.spmm_backward(g, a["weights"], a["values"], a["grad_out"]),
-         lambda: ref.spmm_backward(f64["weights"], f64["values"], f64["grad_out"])),
-        ("sddmm dot", lambda g, a, prev: ca.sddmm(g, a["q"], a["k"], op="dot", scale=scale),
-         lambda: ref.sddmm_dot(f64["q"], f64["k"], scale)),
-        ("sddmm_backward dot",
-         lambda g, a, prev: ca.sddmm_backward(g, a["q"], a["k"], a["grad_e"], op="dot", scale=scale),
-         lambda: ref.sddmm_dot_backward(f64["q"], f64["k"], f64["grad_e"], scale)),
-        ("sddmm add", lambda g, a, prev: ca.sddmm(g, a["a_dst"], a["a_src"], op="add"),
-         lambda: ref.sddmm_add(f64["a_dst"], f64["a_src"])),
-        ("sddmm_backward add",
-         lambda g, a, prev: ca.sddmm_backward(g, a["a_dst"], a["a_src"], a["grad_e"], op="add"),
-         lambda: ref.sddmm_add_backward(f64["grad_e"])),
-        ("attention_aggregate",
-         lambda g, a, prev: ca.attention_aggregate(g, a["scores"], a["values"], return_lse=True),
-         lambda: (r_agg_out, r_agg_lse)),
-        ("attention_aggregate_backward",
-         lambda g, a, prev: ca.attention_aggregate_backward(g, a["scores"], a["values"], a["grad_out"],
-                                                            lse=prev["attention_aggregate"][1]),
-         lambda: ref.aggregate_backward(f64["scores"], f64["values"], f64["grad_out"])),
-        ("graph_attention",
-         lambda g, a, prev: ca.graph_attention(g, a["q"], a["k"], a["values"], scale=scale, return_lse=True),
-         lambda: (r_ga_out, r_ga_lse)),
-        ("graph_attention_backward",
-         lambda g, a, prev: ca.graph_attention_backward(g, a["q"], a["k"], a["values"], prev["graph_attention"][0],
-                                                        a["grad_out"], prev["graph_attention"][1], scale=scale),
-         lambda: ref.graph_attention_backward(f64["q"], f64["k"], f64["values"], f64["grad_out"], scale)),
-        ("gat_attention",
-         lambda g, a, prev: ca.gat_attention(g, a["a_dst"], a["a_src"], a["values"], negative_slope=slope,
-                                             return_lse=True),
-         lambda: (r_gat_out, r_gat_lse)),
-        ("gat_attention_backward",
-         lambda g, a, prev: ca.gat_attention_backward(g, a["a_dst"], a["a_src"], a["values"],
-                                                      prev["gat_attention"][0], a["grad_out"],
-                                                      prev["gat_attention"][1], negative_slope=slope),
-         lambda: ref.gat_attention_backward(f64["a_dst"], f64["a_src"], f64["values"], f64["grad_out"], slope)),
+        (
+            "edge_softmax_backward",
+            lambda g, a, prev: ca.edge_softmax_backward(g, prev["edge_softmax"], a["grad_e"]),
+            lambda: ref.edge_softmax_backward(r_softmax, f64["grad_e"]),
+        ),
+        (
+            "spmm",
+            lambda g, a, prev: ca.spmm(g, a["weights"], a["values"]),
+            lambda: ref.spmm(f64["weights"], f64["values"]),
+        ),
+        (
+            "spmm_backward",
+            lambda g, a, prev: ca.spmm_backward(g, a["weights"], a["values"], a["grad_out"]),
+            lambda: ref.spmm_backward(f64["weights"], f64["values"], f64["grad_out"]),
+        ),
+        (
+            "sddmm dot",
+            lambda g, a, prev: ca.sddmm(g, a["q"], a["k"], op="dot", scale=scale),
+            lambda: ref.sddmm_dot(f64["q"], f64["k"], scale),
+        ),
+        (
+            "sddmm_backward dot",
+            lambda g, a, prev: ca.sddmm_backward(g, a["q"], a["k"], a["grad_e"], op="dot", scale=scale),
+            lambda: ref.sddmm_dot_backward(f64["q"], f64["k"], f64["grad_e"], scale),
+        ),
+        (
+            "sddmm add",
+            lambda g, a, prev: ca.sddmm(g, a["a_dst"], a["a_src"], op="add"),
+            lambda: ref.sddmm_add(f64["a_dst"], f64["a_src"]),
+        ),
+        (
+            "sddmm_backward add",
+            lambda g, a, prev: ca.sddmm_backward(g, a["a_dst"], a["a_src"], a["grad_e"], op="add"),
+            lambda: ref.sddmm_add_backward(f64["grad_e"]),
+        ),
+        (
+            "attention_aggregate",
+            lambda g, a, prev: ca.attention_aggregate(g, a["scores"], a["values"], return_lse=True),
+            lambda: (r_agg_out, r_agg_lse),
+        ),
+        (
+            "attention_aggregate_backward",
+            lambda g, a, prev: ca.attention_aggregate_backward(
+                g, a["scores"], a["values"], a["grad_out"], lse=prev["attention_aggregate"][1]
+            ),
+            lambda: ref.aggregate_backward(f64["scores"], f64["values"], f64["grad_out"]),
+        ),
+        (
+            "graph_attention",
+            lambda g, a, prev: ca.graph_attention(g, a["q"], a["k"], a["values"], scale=scale, return_lse=True),
+            lambda: (r_ga_out, r_ga_lse),
+        ),
+        (
+            "graph_attention_backward",
+            lambda g, a, prev: ca.graph_attention_backward(
+                g,
+                a["q"],
+                a["k"],
+                a["values"],
+                prev["graph_attention"][0],
+                a["grad_out"],
+                prev["graph_attention"][1],
+                scale=scale,
+            ),
+            lambda: ref.graph_attention_backward(f64["q"], f64["k"], f64["values"], f64["grad_out"], scale),
+        ),
+        (
+            "gat_attention",
+            lambda g, a, prev: ca.gat_attention(
+                g, a["a_dst"], a["a_src"], a["values"], negative_slope=slope, return_lse=True
+            ),
+            lambda: (r_gat_out, r_gat_lse),
+        ),
+        (
+            "gat_attention_backward",
+            lambda g, a, prev: ca.gat_attention_backward(
+                g,
+                a["a_dst"],
+                a["a_src"],
+                a["values"],
+                prev["gat_attention"][0],
+                a["grad_out"],
+                prev["gat_attention"][1],
+                negative_slope=slope,
+            ),
+            lambda: ref.gat_attention_backward(f64["a_dst"], f64["a_src"], f64["values"], f64["grad_out"], slope),
+        ),
     ]
 
     backends = [("cpu", graph, data, np.asarray, None)]
-    if gpu_present():
+    if gpu_available():
         device = cupy.cuda.Device()
         print(f"GPU: {cupy.cuda.runtime.getDeviceProperties(device.id)['name'].decode()}")
-        backends.append(("gpu", graph.to_gpu(), {k: cupy.asarray(v) for k, v in data.items()},
-                         cupy.asnumpy, device.synchronize))
+        backends.append(
+            ("gpu", graph.to_gpu(), {k: cupy.asarray(v) for k, v in data.items()}, cupy.asnumpy, device.synchronize)
+        )
     else:
         print("GPU: none found (CuPy not installed or no CUDA device); running on the CPU only")
 
@@ -324,11 +371,7 @@ def main():
             if forward is not None and forward not in prev:
                 timings[name][backend] = f"needs {forward}"
                 continue
-            try:
-                result, seconds = timed(lambda: call(g, arrays, prev), args.repeats, sync)
-            except NotImplementedError:
-                timings[name][backend] = "no GPU kernel yet"
-                continue
+            result, seconds = timed(functools.partial(call, g, arrays, prev), args.repeats, sync)
             prev[name] = result
             got = result if isinstance(result, tuple) else (result,)
             if name not in expected_cache:

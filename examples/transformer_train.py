@@ -27,6 +27,7 @@ gat_train.py and _common.py).
 The code is written against an array module ``xp``: NumPy on the CPU backend, CuPy on a
 GPU.
 """
+
 import argparse
 import os
 import sys
@@ -53,11 +54,11 @@ class GraphTransformerLayer:
 
     def forward(self, graph, h):
         n = h.shape[0]
-        split = (n, self.heads, -1)                                      # (N, D) -> (N, H, D/H)
+        split = (n, self.heads, -1)  # (N, D) -> (N, H, D/H)
         q = self.q.forward(h).reshape(split)
         k = self.k.forward(h).reshape(split)
         v = self.v.forward(h).reshape(split)
-        att, lse = ca.graph_attention(graph, q, k, v, return_lse=True)   # (N, H, D/H), (N, H)
+        att, lse = ca.graph_attention(graph, q, k, v, return_lse=True)  # (N, H, D/H), (N, H)
         pre = self.o.forward(att.reshape(n, -1))
         if self.residual:
             pre = pre + h
@@ -71,9 +72,11 @@ class GraphTransformerLayer:
         grad_pre = _common.elu_backward(pre, grad_y, self.xp)
         grad_att = self.o.backward(grad_pre, grads).reshape(att.shape)
         grad_q, grad_k, grad_v = ca.graph_attention_backward(graph, q, k, v, att, grad_att, lse)
-        grad_h = (self.q.backward(grad_q.reshape(n, -1), grads)
-                  + self.k.backward(grad_k.reshape(n, -1), grads)
-                  + self.v.backward(grad_v.reshape(n, -1), grads))
+        grad_h = (
+            self.q.backward(grad_q.reshape(n, -1), grads)
+            + self.k.backward(grad_k.reshape(n, -1), grads)
+            + self.v.backward(grad_v.reshape(n, -1), grads)
+        )
         if self.residual:
             grad_h = grad_h + grad_pre
         return grad_h
@@ -82,12 +85,26 @@ class GraphTransformerLayer:
 class GraphTransformer:
     """Input projection, ``num_layers`` graph transformer layers, linear classifier."""
 
-    def __init__(self, graph, in_features, num_classes, *, dim=32, heads=4, num_layers=2,
-                 residual=True, rng, dtype=np.float32, xp=np):
+    def __init__(
+        self,
+        graph,
+        in_features,
+        num_classes,
+        *,
+        dim=32,
+        heads=4,
+        num_layers=2,
+        residual=True,
+        rng,
+        dtype=np.float32,
+        xp=np,
+    ):
         self.graph, self.xp, self.params = graph, xp, {}
         self.embed = _common.Linear(self.params, "embed", in_features, dim, rng, dtype, xp)
-        self.layers = [GraphTransformerLayer(self.params, f"layer{i + 1}", dim, heads, rng, dtype, xp,
-                                             residual=residual) for i in range(num_layers)]
+        self.layers = [
+            GraphTransformerLayer(self.params, f"layer{i + 1}", dim, heads, rng, dtype, xp, residual=residual)
+            for i in range(num_layers)
+        ]
         self.classify = _common.Linear(self.params, "classify", dim, num_classes, rng, dtype, xp)
 
     def forward(self, x):
@@ -109,13 +126,16 @@ def check_gradients(seed=0, num_nodes=60, residual=True, verbose=True):
     """Finite-difference check of GraphTransformer.backward on a small float64 SBM; returns
     the max relative error."""
     data = _common.sbm_data(num_nodes, 3, degree=4, num_features=5, seed=seed)
-    model = GraphTransformer(data.graph, 5, 3, dim=8, heads=2, residual=residual,
-                             rng=np.random.default_rng(seed), dtype=np.float64)
+    model = GraphTransformer(
+        data.graph, 5, 3, dim=8, heads=2, residual=residual, rng=np.random.default_rng(seed), dtype=np.float64
+    )
     x = data.features.astype(np.float64)
     worst, per_param = _common.gradient_check(model, x, data.labels, data.train_idx, seed=seed)
     if verbose:
-        print(f"gradient check (float64, central differences, residual={residual}): max relative error "
-              + ", ".join(f"{k} {v:.1e}" for k, v in per_param.items()))
+        print(
+            f"gradient check (float64, central differences, residual={residual}): max relative error "
+            + ", ".join(f"{k} {v:.1e}" for k, v in per_param.items())
+        )
     return worst
 
 
@@ -128,11 +148,23 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     return _common.run_training(
-        args, "transformer", lambda: check_gradients(args.seed, residual=not args.no_residual),
+        args,
+        "transformer",
+        lambda: check_gradients(args.seed, residual=not args.no_residual),
         lambda graph, in_features, num_classes, xp: GraphTransformer(
-            graph, in_features, num_classes, dim=args.dim, heads=args.heads, num_layers=args.layers,
-            residual=not args.no_residual, rng=np.random.default_rng(args.seed), xp=xp),
-        baseline_hidden=args.dim)
+            graph,
+            in_features,
+            num_classes,
+            dim=args.dim,
+            heads=args.heads,
+            num_layers=args.layers,
+            residual=not args.no_residual,
+            rng=np.random.default_rng(args.seed),
+            xp=xp,
+        ),
+        baseline_hidden=args.dim,
+    )
+
 
 if __name__ == "__main__":
     main()

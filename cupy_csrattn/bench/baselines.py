@@ -1,0 +1,232 @@
+"""Baselines: what a user would write without the library, and this library's unfused chain.
+
+GPU: plain CuPy compositions (scatter reductions), cuSPARSE through cupyx, and PyG-style
+message passing (gather, softmax, scatter-add) when torch_geometric is importable. CPU:
+NumPy compositions (``ufunc.reduceat``) and scipy.sparse. Importable without CuPy, PyTorch
+or PyG: those are imported only when a GPU baseline is used.
+"""
+
+import math
+
+import numpy as np
+import scipy.sparse
+
+import cupy_csrattn as ca
+from cupy_csrattn import backend
+
+#: PyG-style baselines are skipped when their per-edge message tensor alone would pass this.
+PYG_MESSAGE_LIMIT = 8 << 30
+#: The negative slope of the GAT compositions (the library's default).
+GAT_SLOPE = 0.2
+
+
+def load_pyg():
+    """(torch, torch_geometric.utils), or (None, None) when PyG is not importable."""
+    try:
+        import torch
+        import torch_geometric.utils
+
+        return torch, torch_geometric.utils
+    except Exception:
+        return None, None
+
+
+def attention_scale(q):
+    """graph_attention's default scale: 1 / sqrt(feature width)."""
+    return 1.0 / math.sqrt(max(q.shape[-1], 1))
+
+
+def leaky_relu(z):
+    xp = backend.array_module(backend.is_cupy_array(z))
+    return xp.where(z > 0, z, z * z.dtype.type(GAT_SLOPE))
+
+
+# -- GPU: CuPy and cuSPARSE ----------------------------------------------------------------
+
+
+def cupy_softmax(rows, num_dst, scores):
+    """Plain CuPy composition: scatter max, exp, scatter add, divide."""
+    import cupyx
+
+    cupy = backend.cupy
+    heads = scores.shape[1]
+    row_max = cupy.full((num_dst, heads), -np.inf, dtype=scores.dtype)
+    cupyx.scatter_max(row_max, rows, scores)
+    exp = cupy.exp(scores - row_max[rows])
+    total = cupy.zeros((num_dst, heads), dtype=scores.dtype)
+    cupyx.scatter_add(total, rows, exp)
+    return exp / total[rows]
+
+
+def cupy_softmax_backward(rows, num_dst, probs, grad_probs):
+    """Plain CuPy composition: p * (g - scatter_add(p * g)[row])."""
+    import cupyx
+
+    weighted = probs * grad_probs
+    total = backend.cupy.zeros((num_dst, probs.shape[1]), dtype=probs.dtype)
+    cupyx.scatter_add(total, rows, weighted)
+    return weighted - probs * total[rows]
+
+
+def cusparse_spmm(graph, weights_1d, values_2d):
+    """One head through cuSPARSE (cupyx.scipy.sparse CSR matrix times dense)."""
+    import cupyx.scipy.sparse
+
+    matrix = cupyx.scipy.sparse.csr_matrix((weights_1d, graph.indices, graph.indptr), shape=graph.shape)
+    return matrix @ values_2d
+
+
+def cupy_aggregate(graph, rows, scores, values):
+    """CuPy softmax, then one cuSPARSE spmm per head."""
+    cupy = backend.cupy
+    probs = cupy_softmax(rows, graph.num_dst, scores)
+    return cupy.stack(
+        [
+            cusparse_spmm(graph, cupy.ascontiguousarray(probs[:, h]), cupy.ascontiguousarray(values[:, h]))
+            for h in range(scores.shape[1])
+        ],
+        axis=1,
+    )
+
+
+# -- CPU: NumPy and SciPy ------------------------------------------------------------------
+
+
+def segment_reduce(ufunc, graph, x, empty_value):
+    """Per-row reduction of edge array x (E, ...) with ``ufunc.reduceat``; empty rows get empty_value."""
+    degrees = np.diff(graph.indptr)
+    nonempty = degrees > 0
+    out = np.full((graph.num_dst,) + x.shape[1:], empty_value, dtype=x.dtype)
+    if graph.num_edges:
+        out[nonempty] = ufunc.reduceat(x, graph.indptr[:-1][nonempty], axis=0)
+    return out
+
+
+def numpy_softmax(graph, rows, scores):
+    """NumPy composition: maximum.reduceat, exp, add.reduceat, divide."""
+    row_max = segment_reduce(np.maximum, graph, scores, -np.inf)
+    exp = np.exp(scores - row_max[rows])
+    return exp / segment_reduce(np.add, graph, exp, 0)[rows]
+
+
+def numpy_softmax_backward(graph, rows, probs, grad_probs):
+    """NumPy composition: p * (g - add.reduceat(p * g)[row])."""
+    weighted = probs * grad_probs
+    return weighted - probs * segment_reduce(np.add, graph, weighted, 0)[rows]
+
+
+def scipy_spmm(graph, weights, values):
+    """One scipy.sparse CSR matrix times dense per head: weights (E, H), values (N, H, F)."""
+    out = np.empty((graph.num_dst,) + values.shape[1:], dtype=np.result_type(weights, values))
+    for h in range(values.shape[1]):
+        matrix = scipy.sparse.csr_matrix((weights[:, h], graph.indices, graph.indptr), shape=graph.shape)
+        out[:, h] = matrix @ values[:, h]
+    return out
+
+
+def numpy_scipy_aggregate(graph, rows, scores, values):
+    """NumPy softmax, then one scipy spmm per head."""
+    return scipy_spmm(graph, numpy_softmax(graph, rows, scores), values)
+
+
+# -- either device -------------------------------------------------------------------------
+
+
+def composed_edge_dot(graph, rows, dst_feat, src_feat, scale=1.0):
+    """Gather both ends and reduce: (dst[row] * src[col]).sum(-1); features (N, H, D)."""
+    return (dst_feat[rows] * src_feat[graph.indices]).sum(-1) * scale
+
+
+def composed_aggregate(graph, rows, scores, values):
+    """The plain composition of softmax then aggregation on the graph's device."""
+    if backend.is_cupy_array(scores):
+        return cupy_aggregate(graph, rows, scores, values)
+    return numpy_scipy_aggregate(graph, rows, scores, values)
+
+
+def composed_scores(graph, rows, op, x):
+    """Scores of a fused op's inputs ``x`` by plain array ops (gather both ends), as a user would
+    write them: graph_attention's scaled dot products, or gat_attention's leaky ReLU'd sums."""
+    if op == "graph_attention":
+        return composed_edge_dot(graph, rows, x[0], x[1], attention_scale(x[0]))
+    return leaky_relu(x[0][rows] + x[1][graph.indices])
+
+
+def unfused_scores(graph, op, x):
+    """(E, H) scores through this library's unfused primitives; for gat also the logits."""
+    if op == "graph_attention":
+        return ca.sddmm(graph, x[0], x[1], op="dot", scale=attention_scale(x[0])), None
+    z = ca.sddmm(graph, x[0], x[1], op="add")
+    return leaky_relu(z), z
+
+
+def unfused_forward(graph, op, x, out=None):
+    """A fused op's forward as this library's chain: sddmm -> edge_softmax -> spmm."""
+    return ca.spmm(graph, ca.edge_softmax(graph, unfused_scores(graph, op, x)[0]), x[2], out=out)
+
+
+def unfused_forward_backward(graph, op, x, grad_out):
+    """A fused op's forward and backward as this library's chain and the chain's backward."""
+    scores, logits = unfused_scores(graph, op, x)
+    probs = ca.edge_softmax(graph, scores)
+    out = ca.spmm(graph, probs, x[2])
+    grad_probs, grad_values = ca.spmm_backward(graph, probs, x[2], grad_out)
+    grad_scores = ca.edge_softmax_backward(graph, probs, grad_probs)
+    if op == "graph_attention":
+        grads = ca.sddmm_backward(graph, x[0], x[1], grad_scores, op="dot", scale=attention_scale(x[0]))
+    else:
+        xp = backend.array_module(backend.is_cupy_array(logits))
+        grad_scores *= xp.where(logits > 0, 1, GAT_SLOPE).astype(grad_scores.dtype)
+        grads = ca.sddmm_backward(graph, x[0], x[1], grad_scores, op="add")
+    return out, grads, grad_values
+
+
+# -- GPU: PyG-style message passing --------------------------------------------------------
+
+
+def pyg_message_bytes(graph, H, F, dtype):
+    """Bytes of the (E, H, F) message tensor PyG-style aggregation materializes."""
+    return graph.num_edges * H * F * np.dtype(dtype).itemsize
+
+
+def pyg_aggregate(pyg, graph, rows, H, F):
+    """attention_aggregate as PyG writes it: softmax(ptr=...), gather, scale, index_add_.
+
+    Returns a function of a (scores, values) pair of torch tensors.
+    """
+    torch, pyg_utils = pyg
+    N = graph.num_dst
+    ptr = torch.as_tensor(graph.indptr.astype(np.int64), device="cuda")
+    t_rows = torch.as_tensor(rows.astype(np.int64), device="cuda")
+    t_cols = torch.as_tensor(graph.indices.astype(np.int64), device="cuda")
+
+    def aggregate(sv):
+        alpha = pyg_utils.softmax(sv[0], ptr=ptr, dim=0)
+        messages = sv[1][t_cols] * alpha.unsqueeze(-1)
+        return torch.zeros((N, H, F), device="cuda", dtype=messages.dtype).index_add_(0, t_rows, messages)
+
+    return aggregate
+
+
+def pyg_attention(pyg, graph, rows, op):
+    """graph_attention as TransformerConv's message passing, gat_attention as GATConv's.
+
+    Returns a function of a tuple of three torch tensors (q, k, v or a_dst, a_src, values).
+    """
+    torch, pyg_utils = pyg
+    N = graph.num_dst
+    t_rows = torch.as_tensor(rows.astype(np.int64), device="cuda")
+    t_cols = torch.as_tensor(graph.indices.astype(np.int64), device="cuda")
+
+    def forward(x):
+        if op == "graph_attention":
+            alpha = (x[0][t_rows] * x[1][t_cols]).sum(-1) / math.sqrt(max(x[0].shape[-1], 1))
+        else:
+            alpha = torch.nn.functional.leaky_relu(x[0][t_rows] + x[1][t_cols], GAT_SLOPE)
+        alpha = pyg_utils.softmax(alpha, t_rows, num_nodes=N, dim=0)
+        messages = x[2][t_cols] * alpha.unsqueeze(-1)
+        return torch.zeros((N, *messages.shape[1:]), device="cuda", dtype=messages.dtype).index_add_(
+            0, t_rows, messages
+        )
+
+    return forward

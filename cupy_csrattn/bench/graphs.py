@@ -1,0 +1,121 @@
+"""The benchmark's graphs, built on the host (the benchmark moves them to the device).
+
+The generators and loaders are cupy_csrattn.datasets'; this module fixes the seeds, makes
+every graph square (one node set for destinations and sources, as the byte counts assume)
+and parses the graph specs given on the command line.
+"""
+
+import os
+import pathlib
+
+import numpy as np
+
+from cupy_csrattn import datasets
+from cupy_csrattn.graph import CSRGraph
+
+#: Suffixes stripped from a graph file's name to name the graph.
+FILE_SUFFIXES = (".gz", ".mtx", ".npz", ".txt", ".csv", ".tsv", ".el", ".edges")
+
+
+def small_graph(offset, modulus):
+    """384 rows of degree ``max(1, 18 + d % modulus - offset)``: a launch-overhead case."""
+    n = 384
+    rng = np.random.default_rng(modulus)
+    degrees = np.maximum(1, 18 + (np.arange(n) % modulus) - offset)
+    indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int32)
+    indices = rng.integers(0, n, indptr[-1]).astype(np.int32)
+    return CSRGraph(indptr, indices, n)
+
+
+def uniform_graph(num_nodes, degree, seed=1):
+    """Every row has ``degree`` uniformly random sources (:func:`datasets.uniform_graph`)."""
+    return datasets.uniform_graph(num_nodes, degree, seed=seed)
+
+
+def rmat_graph(scale, edge_factor, seed=2):
+    """R-MAT with the Graph500 parameters (:func:`datasets.rmat_graph`): power-law in-degrees."""
+    return datasets.rmat_graph(scale, edge_factor, seed=seed)
+
+
+def dense_graph(num_nodes, degree, seed=3):
+    """Few long rows: a uniform graph of large degree."""
+    return uniform_graph(num_nodes, degree, seed)
+
+
+def square(graph):
+    """The graph padded with empty rows (or unused sources) to ``n x n``, ``n = max(shape)``.
+
+    The benchmark uses one node set for destinations and sources (values of ``num_dst``
+    rows), as the byte counts assume.
+    """
+    n = max(graph.shape)
+    if graph.shape == (n, n):
+        return graph
+    indptr = graph.indptr
+    if graph.num_dst < n:
+        indptr = np.concatenate([indptr, np.full(n - graph.num_dst, indptr[-1], dtype=indptr.dtype)])
+    return CSRGraph(indptr, graph.indices, n, check="none")
+
+
+def mtx_graph(path):
+    """A Matrix Market file as a square graph (row i = destination i, as scipy reads it)."""
+    return square(datasets.load_mtx(path))
+
+
+def file_graph(path):
+    """A graph file (.mtx, .npz or an edge list; see :func:`datasets.load`) as a square graph."""
+    return square(datasets.load(path))
+
+
+def graph_from_spec(spec):
+    """Name and builder of a graph given on the command line.
+
+    Parameters
+    ----------
+    spec : str
+        ``rmat:SCALE`` or ``rmat:SCALE,EDGE_FACTOR`` (R-MAT, Graph500 parameters, edge factor
+        16 by default), ``uniform:N,DEG`` (N rows of DEG random sources), or the path of a
+        graph file (.mtx, .npz or an edge list).
+
+    Returns
+    -------
+    name : str
+    build : callable
+        Returns a host CSRGraph.
+
+    Raises
+    ------
+    ValueError
+        A malformed ``rmat:``/``uniform:`` spec.
+    FileNotFoundError
+        A file spec that does not exist.
+    """
+    kind, _, rest = spec.partition(":")
+    if ":" in spec and kind in ("rmat", "uniform"):
+        try:
+            numbers = [int(part) for part in rest.split(",")]
+        except ValueError:
+            numbers = None
+        if (
+            kind == "rmat"
+            and numbers
+            and len(numbers) in (1, 2)
+            and 0 <= numbers[0] <= 34
+            and all(v >= 0 for v in numbers)
+        ):
+            scale, edge_factor = numbers[0], (numbers[1] if len(numbers) == 2 else 16)
+            return f"rmat-{scale}" + (f"x{edge_factor}" if edge_factor != 16 else ""), lambda: rmat_graph(
+                scale, edge_factor
+            )
+        if kind == "uniform" and numbers and len(numbers) == 2 and min(numbers) >= 0:
+            num_nodes, degree = numbers
+            return f"uniform-{num_nodes}x{degree}", lambda: uniform_graph(num_nodes, degree)
+        usage = "rmat:SCALE[,EDGE_FACTOR] with 0 <= SCALE <= 34" if kind == "rmat" else "uniform:N,DEG"
+        raise ValueError(f"bad graph spec {spec!r}: expected {usage}")
+    if not os.path.exists(spec):
+        raise FileNotFoundError(2, "No such graph file (expected a file, rmat:SCALE or uniform:N,DEG)", spec)
+    stem = pathlib.Path(spec).name
+    for suffix in FILE_SUFFIXES:
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+    return stem, lambda: file_graph(spec)

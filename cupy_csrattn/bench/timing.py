@@ -1,0 +1,80 @@
+"""Timing: CUDA events on the GPU, ``time.perf_counter`` on the host, and the copy bandwidths
+that make the memory roofline (read + write counted).
+
+Importable without CuPy: the GPU functions need it only when called.
+"""
+
+import statistics
+import time
+
+import numpy as np
+
+from cupy_csrattn.backend import cupy
+
+
+def time_gpu(fn, repeat=20, warmup=3):
+    """Median milliseconds of ``fn()`` over ``repeat`` calls, each timed by CUDA events.
+
+    Parameters
+    ----------
+    fn : callable
+        Enqueues the work on the current stream.
+    repeat, warmup : int
+        Timed calls, and untimed calls before them.
+
+    Returns
+    -------
+    float
+    """
+    for _ in range(warmup):
+        fn()
+    cupy.cuda.Device().synchronize()
+    times = []
+    for _ in range(repeat):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
+def time_host_call(fn, repeat=200):
+    """Microseconds per call from Python, calls back to back, one sync at the end."""
+    fn()
+    cupy.cuda.Device().synchronize()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    cupy.cuda.Device().synchronize()
+    return (time.perf_counter() - start) / repeat * 1e6
+
+
+def copy_bandwidth():
+    """Bytes per second of a large device copy, counting read + write."""
+    n = 1 << 29  # 2 GiB of float32
+    src = cupy.random.random(n, dtype=np.float32)
+    dst = cupy.empty_like(src)
+    ms = time_gpu(lambda: cupy.copyto(dst, src), repeat=20)
+    return 2 * src.nbytes / (ms * 1e-3)
+
+
+def time_cpu(fn, repeat=5, warmup=1):
+    """Median milliseconds of ``fn()`` over ``repeat`` calls timed with ``time.perf_counter``."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth_cpu(nbytes=256 << 20):
+    """Bytes per second of a large host memory copy (``np.copyto``), counting read + write."""
+    src = np.random.default_rng(0).random(nbytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    ms = time_cpu(lambda: np.copyto(dst, src), repeat=5)
+    return 2 * src.nbytes / (ms * 1e-3)

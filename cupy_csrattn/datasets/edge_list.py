@@ -1,0 +1,98 @@
+"""load_edge_list: text files with one edge ``src dst [value ...]`` per line."""
+
+import numpy as np
+
+from cupy_csrattn.datasets.base import check_count
+from cupy_csrattn.datasets.loading import as_result, finish, graph_of_edges
+from cupy_csrattn.datasets.text import TextFile, check_ids, read_bytes
+from cupy_csrattn.graph import CSRGraph
+
+
+def load_edge_list(
+    path,
+    *,
+    delimiter=None,
+    comments=("#", "%"),
+    one_based=False,
+    transpose=False,
+    num_nodes=None,
+    add_self_loops=False,
+    dtype=None,
+    return_values=False,
+):
+    """Load a text edge list: one edge ``src dst [value ...]`` per line.
+
+    The first column is the **source** and the second the **destination** (PyG's
+    ``edge_index`` order, SNAP's ``FromNodeId ToNodeId``): the line ``u v`` puts source
+    ``u`` into row ``v``. ``transpose=True`` reads the lines as ``dst src`` instead.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file; a name ending in ``.gz`` is decompressed.
+    delimiter : str, optional
+        Column separator. By default any run of whitespace or commas separates columns, so
+        whitespace- and comma-separated files both load; a run of delimiters counts as one.
+    comments : str or sequence of str
+        Comment markers: from a marker to the end of its line is ignored. ``#`` (SNAP) and
+        ``%`` (KONECT) by default; ``None`` for none.
+    one_based : bool
+        Node ids start at 1 (then an id of 0 is an error). Not detected automatically: a
+        zero-based file whose node 0 has no edges would be misread.
+    transpose : bool
+        Lines are ``dst src`` rather than ``src dst``.
+    num_nodes : int, optional
+        Number of nodes (the graph is ``num_nodes x num_nodes``); by default the largest
+        id + 1. Ids out of range are an error.
+    add_self_loops : bool
+        Give every node without one a self-loop (value 1 in the values).
+    dtype : dtype, optional
+        dtype of the values (float64 by default).
+    return_values : bool
+        Also return the third column, in the graph's edge order (None for 2 columns).
+
+    Returns
+    -------
+    graph : CSRGraph
+        Square graph with int32 indices when they fit, else int64; edges of a row keep the
+        file's order.
+    values : (E,) array or None
+        Only with ``return_values=True``.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    ValueError
+        ``"{path}:{line}: ..."`` for a line with a column count other than the first data
+        line's (which must be at least 2), a non-integer, negative or out-of-range id, a 0
+        in a one-based file, or a third column that is not a number.
+
+    Notes
+    -----
+    Blank lines and comment lines are skipped; columns after the third are ignored (KONECT
+    timestamps, for example).
+    """
+    text = TextFile(path, read_bytes(path), comments, [b","] if delimiter is None else [delimiter])
+    if num_nodes is not None:
+        num_nodes = check_count("num_nodes", num_nodes)
+    first_line = next(text.data_lines(), None)
+    if first_line is None:
+        n = num_nodes or 0
+        graph = CSRGraph(np.zeros(n + 1, np.int32), np.zeros(0, np.int32), n, check="none")
+        graph, values = finish(graph, None, add_self_loops, dtype, path)
+        return as_result(graph, values, return_values)
+    line, tokens, _ = first_line
+    ncol = len(tokens)
+    if ncol < 2:
+        raise text.error(line, f"expected at least 2 columns (source and destination), got {ncol}")
+    # source, destination, value; columns after the third must be on every line but are not parsed
+    kinds = ["int", "int", "float", *["skip"] * (ncol - 3)][:ncol]
+    table = text.table(0, 0, kinds, "as on the first data line")
+    left, right = (check_ids(table, table.columns[c], c, one_based, num_nodes, "num_nodes") for c in (0, 1))
+    src, dst = (right, left) if transpose else (left, right)
+    if num_nodes is None:
+        num_nodes = int(max(src.max(), dst.max())) + 1
+    values = table.columns[2] if ncol >= 3 else None
+    graph, values = graph_of_edges(src, dst, num_nodes, num_nodes, values, add_self_loops, dtype, path)
+    return as_result(graph, values, return_values)
