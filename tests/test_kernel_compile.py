@@ -80,12 +80,38 @@ def _sddmm_add_arguments():
 
 def test_launch_rejects_an_unknown_argument_name():
     arguments = dict(_sddmm_add_arguments(), not_a_parameter=1)
-    with pytest.raises(TypeError, match=r"sddmm_add got unknown arguments \['not_a_parameter'\]"):
+    with pytest.raises(TypeError, match=r"sddmm_add\(\) got an unexpected keyword argument 'not_a_parameter'"):
         kernels.launch("sddmm_add", np.float32, np.int32, (1,), **arguments)
 
 
 def test_launch_rejects_a_missing_argument():
     arguments = _sddmm_add_arguments()
     del arguments["out"]
-    with pytest.raises(TypeError, match=r"sddmm_add got unknown arguments \[\] and lacks \['out'\]"):
+    with pytest.raises(TypeError, match=r"sddmm_add\(\) missing 1 required keyword-only argument: 'out'"):
         kernels.launch("sddmm_add", np.float32, np.int32, (1,), **arguments)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("name", sorted(signatures.SIGNATURES))
+def test_arguments_are_packed_in_declared_order(name, dtype):
+    """Every kernel's arguments, given by name in reverse order, come out in declared order:
+    pointers as given (omitted optional ones as null), i64 as int64, int as int32, acc_t in
+    the data type's accumulation type."""
+    params = signatures.SIGNATURES[name].params
+    accumulate = np.float64 if dtype == "float64" else np.float32
+    given, expected = {}, []
+    for position, param in enumerate(params):
+        if param.is_pointer and param.optional and position % 2:
+            expected.append((np.uint64, 0))  # left out
+            continue
+        value = object() if param.is_pointer else position + 0.5 if param.ctype == "acc_t" else position
+        given[param.name] = value
+        kind = {"i64": np.int64, "int": np.int32, "acc_t": accumulate}.get(param.ctype)
+        expected.append((kind, value) if kind else (None, value))
+    packed = kernels.pack_arguments(name, dtype, **dict(reversed(list(given.items()))))
+    assert len(packed) == len(params)
+    for param, got, (kind, value) in zip(params, packed, expected):
+        if kind is None:
+            assert got is value, f"{name}: {param.name} is not the array given"
+        else:
+            assert type(got) is kind and got == value, f"{name}: {param.name} packed as {got!r}"

@@ -118,8 +118,42 @@ def kernel(name, dtype, index_dtype):
 
 
 # When set (the test suite does), every launch also checks each array argument's dtype
-# against its declared C type; off, a launch does no per-argument work beyond conversion.
+# against its declared C type; off, a launch does no per-argument work in Python.
 CHECK_ARGUMENT_DTYPES = False
+
+# Keyed by dtype and by scalar type: launchers pass array dtypes, callers may pass np.float32.
+_ACCUMULATION_TYPES = {key: backend.accumulation_dtype(d).type for d in DTYPE_CODES for key in (d, d.type)}
+_SCALAR_TYPES = {"i64": "_int64", "int": "_int32", "acc_t": "_acc"}
+
+
+def _packer(signature):
+    """A function of the kernel's parameters, by keyword, returning them in declared order with
+    scalars converted to their C types and omitted optional pointers as null.
+
+    Generated from the declaration (as dataclasses generate __init__): Python's own call
+    binding then rejects an unknown or missing name, naming the kernel, at the cost of one
+    call per launch rather than Python work per argument.
+    """
+    params, values = ["_acc"], []
+    for param in signature.params:
+        if param.is_pointer and param.optional:
+            params.append(f"{param.name}=None")
+            values.append(f"_NULL if {param.name} is None else {param.name}")
+        else:
+            params.append(param.name)
+            values.append(f"{_SCALAR_TYPES[param.ctype]}({param.name})" if not param.is_pointer else param.name)
+    code = f"def {signature.name}(*, {', '.join(params)}):\n    return ({', '.join(values)},)\n"
+    namespace = {"_int64": np.int64, "_int32": np.int32, "_NULL": NULL}
+    exec(compile(code, f"<arguments of {signature.name}>", "exec"), namespace)
+    return namespace[signature.name]
+
+
+_PACKERS = {name: _packer(signature) for name, signature in SIGNATURES.items()}
+
+
+def pack_arguments(name, dtype, **arguments):
+    """The argument tuple of kernel ``name`` for data type ``dtype`` from its arguments by name."""
+    return _PACKERS[name](_acc=_ACCUMULATION_TYPES[np.dtype(dtype)], **arguments)
 
 
 def _expected_dtype(ctype, dtype, index_dtype):
@@ -135,27 +169,15 @@ def _expected_dtype(ctype, dtype, index_dtype):
     }[base]
 
 
-def _argument(param, value, dtype, index_dtype, name):
-    if param.is_pointer:
+def check_argument_dtypes(name, args, dtype, index_dtype):
+    """TypeError unless every array in ``args`` has the dtype its declared C type implies."""
+    for param, value in zip(SIGNATURES[name].params, args):
+        if not param.is_pointer:
+            continue
         if value is None:
-            if not param.optional:
-                raise TypeError(f"internal: kernel {name} needs array {param.name}, got None")
-            return NULL
-        if CHECK_ARGUMENT_DTYPES and value.dtype != _expected_dtype(param.ctype, dtype, index_dtype):
+            raise TypeError(f"internal: kernel {name} needs array {param.name}, got None")
+        if value is not NULL and value.dtype != _expected_dtype(param.ctype, dtype, index_dtype):
             raise TypeError(f"internal: kernel {name} takes {param.name} as {param.ctype}, got dtype {value.dtype}")
-        return value
-    if param.ctype == "i64":
-        return np.int64(value)
-    if param.ctype == "int":
-        return np.int32(value)
-    return backend.accumulation_dtype(dtype).type(value)  # acc_t
-
-
-# name -> (every parameter name, the names a launch must give)
-_PARAMETER_NAMES = {
-    name: (frozenset(p.name for p in sig.params), frozenset(p.name for p in sig.params if not p.optional))
-    for name, sig in SIGNATURES.items()
-}
 
 
 def launch(name, dtype, index_dtype, grid, **arguments):
@@ -164,13 +186,9 @@ def launch(name, dtype, index_dtype, grid, **arguments):
     launched when the grid is empty."""
     if grid[0] == 0:
         return
-    known, required = _PARAMETER_NAMES[name]
-    if not (arguments.keys() <= known and required <= arguments.keys()):
-        raise TypeError(
-            f"internal: kernel {name} got unknown arguments {sorted(arguments.keys() - known)} "
-            f"and lacks {sorted(required - arguments.keys())}"
-        )
-    args = tuple(_argument(p, arguments.get(p.name), dtype, index_dtype, name) for p in SIGNATURES[name].params)
+    args = _PACKERS[name](_acc=_ACCUMULATION_TYPES[dtype], **arguments)
+    if CHECK_ARGUMENT_DTYPES:
+        check_argument_dtypes(name, args, dtype, index_dtype)
     kernel(name, dtype, index_dtype)(grid, (BLOCK_THREADS,), args)
 
 
