@@ -431,3 +431,256 @@ def test_load_dispatches_on_the_name(tmp_path):
     assert datasets.load(npz).num_edges == 3
     edges = write(tmp_path / "g.edges", "0 1\n")
     assert datasets.load(edges).num_edges == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Bad contents and bad arguments (issue 13, items 5, 6 and 8)
+
+
+def npz_error(path, *words):
+    """pytest.raises matcher for ValueError("{path}: ...") holding ``words`` in order."""
+    return pytest.raises(ValueError, match=re.escape(str(path)) + ".*" + ".*".join(re.escape(w) for w in words))
+
+
+def test_npz_refuses_non_integer_index_arrays_and_counts(tmp_path):
+    path = tmp_path / "float.npz"
+    np.savez(path, edge_index=np.array([[0.5, 1.9], [1, 2]]))
+    with npz_error(path, "'edge_index'", "integer"):  # was truncated to sources [0, 1]
+        datasets.load_npz(path)
+    np.savez(path, edge_index=np.array([[0.0, 1.0], [1.0, 2.0]]))  # integral floats too: ids are not floats
+    with npz_error(path, "'edge_index'", "integer"):
+        datasets.load_npz(path)
+    np.savez(path, edge_index=np.array([[True, False], [False, True]]))
+    with npz_error(path, "'edge_index'", "integer"):
+        datasets.load_npz(path)
+    np.savez(path, edge_index=np.array([[0, 1], [1, 2]]), num_nodes=3.5)
+    with npz_error(path, "'num_nodes'", "integer"):
+        datasets.load_npz(path)
+    np.savez(path, indptr=np.array([0, 1, 2]), indices=np.array([0, 1]), num_src=2.7)
+    with npz_error(path, "'num_src'", "integer"):
+        datasets.load_npz(path)
+    np.savez(path, edge_index=np.array([[0, 2**63 + 5], [1, 2]], dtype=np.uint64))
+    with npz_error(path, "'edge_index'", "node id"):
+        datasets.load_npz(path)
+    np.savez(path, edge_index=np.array([[0, 1], [1, 2]], dtype=np.uint16), num_nodes=np.array([4]))
+    assert datasets.load_npz(path).shape == (4, 4)  # unsigned ids and a one-element count are fine
+
+
+@pytest.mark.parametrize("key", ["data", "values"])
+@pytest.mark.parametrize("length", [1, 3, 5])
+def test_npz_refuses_data_of_the_wrong_length(tmp_path, key, length):
+    path = tmp_path / "d.npz"
+    np.savez(path, edge_index=np.array([[0, 1], [1, 2]]), **{key: np.arange(float(length))})
+    with npz_error(path, f"'{key}'", f"{length} entr", "2 edges"):  # was cut (5) or an IndexError (1)
+        datasets.load_npz(path, return_values=True)
+    np.savez(path, indptr=np.array([0, 1, 2]), indices=np.array([0, 1]), **{key: np.arange(float(length))})
+    with npz_error(path, f"'{key}'", f"{length} entr", "2 edges"):  # was returned at full length
+        datasets.load_npz(path, return_values=True)
+
+
+def test_npz_refuses_scalar_and_non_numeric_data(tmp_path):
+    path = tmp_path / "d.npz"
+    np.savez(path, edge_index=np.array([[0, 1], [1, 2]]), data=np.float64(3.0))
+    with npz_error(path, "'data'", "scalar"):
+        datasets.load_npz(path, return_values=True)
+    np.savez(path, edge_index=np.array([[0, 1], [1, 2]]), data=np.array(["a", "b"]))
+    with npz_error(path, "'data'", "numeric"):
+        datasets.load_npz(path, return_values=True, dtype=np.float32)
+    np.savez(path, edge_index=np.array([[0, 1], [1, 2]]), data=np.ones((2, 3)))
+    graph, values = datasets.load_npz(path, return_values=True)  # one row per edge is fine
+    assert values.shape == (2, 3) and graph.num_edges == 2
+
+
+def test_edge_list_refuses_a_node_count_far_beyond_its_edges(tmp_path):
+    path = write(tmp_path / "e.txt", "0 10000000000\n")  # tried to allocate 74.5 GiB
+    with pytest.raises(ValueError, match=re.escape(f"{path}:1: column 2: node id 10000000000") + ".*num_nodes="):
+        datasets.load_edge_list(path)
+    big = 2**21  # beyond max(2**20, 16 per edge) for 3 edges, but small enough to build
+    path = write(tmp_path / "e2.txt", f"# ids\n1 2\n{big} 3\n2 1\n")
+    with error_at(path, 3):
+        datasets.load_edge_list(path)
+    with pytest.raises(ValueError, match=re.escape(f"{path}:3: column 1: node id {big} makes {big} nodes")):
+        datasets.load_edge_list(path, one_based=True)  # the id as written in the file
+    with pytest.raises(ValueError, match=re.escape(f"{path}:3:") + ".*more than max_nodes = 10"):
+        datasets.load_edge_list(path, max_nodes=10)
+    assert datasets.load_edge_list(path, num_nodes=big + 1).shape == (big + 1, big + 1)  # explicit: allowed
+    assert datasets.load_edge_list(path, max_nodes=big + 1).shape == (big + 1, big + 1)
+    assert datasets.load(path, max_nodes=big + 1).shape == (big + 1, big + 1)
+    near = write(tmp_path / "e3.txt", f"0 {2**20 - 1}\n")  # within the allowance: loads as before
+    assert datasets.load_edge_list(near).shape == (2**20, 2**20)
+    with pytest.raises(ValueError, match="num_nodes"):
+        datasets.load_edge_list(near, num_nodes=2**63)
+    with pytest.raises(TypeError, match="max_nodes"):
+        datasets.load_edge_list(near, max_nodes=1.5)
+
+
+MTX_HEADER = "%%MatrixMarket matrix coordinate real general\n"
+
+
+def test_mtx_refuses_sizes_far_beyond_its_entries(tmp_path):
+    path = write(tmp_path / "big.mtx", MTX_HEADER + "1000000000000 1000000000000 1\n1 1 1.0\n")  # was 7.28 TiB
+    with pytest.raises(ValueError, match=re.escape(f"{path}:2:") + ".*1000000000000 nodes.*max_nodes=1000000000000"):
+        datasets.load_mtx(path)
+    big = 2**21
+    for size in (f"{big} 3 1", f"3 {big} 1"):
+        path = write(tmp_path / "tall.mtx", MTX_HEADER + f"% comment\n{size}\n1 1 1.0\n")
+        with error_at(path, 3):
+            datasets.load_mtx(path)
+        assert max(datasets.load_mtx(path, max_nodes=big).shape) == big
+        assert max(datasets.load(path, max_nodes=big).shape) == big
+    path = write(tmp_path / "empty.mtx", MTX_HEADER + f"{big} {big} 0\n")
+    with error_at(path, 2):
+        datasets.load_mtx(path)
+    path = write(tmp_path / "ok.mtx", MTX_HEADER + f"{2**20} 5 1\n1 1 1.0\n")  # within the allowance
+    assert datasets.load_mtx(path).shape == (2**20, 5)
+
+
+def test_mtx_dense_file_shorter_than_its_size_line(tmp_path):
+    path = write(tmp_path / "a.mtx", "%%MatrixMarket matrix array real general\n100000 100000\n1\n")  # 74.5 GiB
+    with pytest.raises(ValueError, match=re.escape(f"{path}:3:") + ".*1 of the 10000000000 values.*line 2"):
+        datasets.load_mtx(path)
+    path = write(tmp_path / "s.mtx", "%%MatrixMarket matrix array real symmetric\n3 3\n1\n2\n3\n4\n5\n")
+    with error_at(path, 7):
+        datasets.load_mtx(path)
+    write(path, "%%MatrixMarket matrix array real symmetric\n3 3\n1\n2\n3\n4\n5\n6\n")
+    assert datasets.load_mtx(path).num_edges == 9
+
+
+@pytest.mark.parametrize(
+    "header,size,name",
+    [
+        ("coordinate real general", "99999999999999999999 3 1", "rows"),
+        ("coordinate real general", "3 99999999999999999999 1", "columns"),
+        ("coordinate real general", "3 3 99999999999999999999", "entries"),
+        ("coordinate pattern symmetric", f"{2**62} {2**62} 1", "rows"),
+        ("array real general", "99999999999999999999 1", "rows"),
+        ("array real general", "1 99999999999999999999", "columns"),
+    ],
+)
+def test_mtx_huge_size_names_file_and_line(tmp_path, header, size, name):
+    path = write(tmp_path / "huge.mtx", f"%%MatrixMarket matrix {header}\n% c\n{size}\n1 1 1.0\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}:3: {name} = ") + ".*64-bit indices"):
+        datasets.load_mtx(path)
+
+
+def test_npz_refuses_node_counts_far_beyond_its_edges(tmp_path):
+    path = tmp_path / "n.npz"
+    np.savez(path, edge_index=np.array([[0], [10**10]]))
+    with npz_error(path, "node id 10000000000", "max_nodes=10000000001"):
+        datasets.load_npz(path)
+    np.savez(path, edge_index=np.array([[0], [1]]), num_nodes=10**12)
+    with npz_error(path, "'num_nodes'", "max_nodes=1000000000000"):
+        datasets.load_npz(path)
+    np.savez(path, indptr=np.array([0, 1]), indices=np.array([0]), num_src=10**12)
+    with npz_error(path, "'num_src'", "max_nodes="):
+        datasets.load_npz(path, transpose=True)
+    np.savez(path, edge_index=np.array([[0], [1]]), num_nodes=2**63 - 1)
+    with npz_error(path, "'num_nodes'", "2**62"):
+        datasets.load_npz(path)
+    big = 2**21
+    np.savez(path, edge_index=np.array([[0], [big - 1]]))
+    with npz_error(path, f"{big} nodes"):
+        datasets.load_npz(path)
+    assert datasets.load_npz(path, max_nodes=big).shape == (big, big)
+    assert datasets.load(path, max_nodes=big).shape == (big, big)
+
+
+@pytest.mark.parametrize("fmt,shape", [("coo", (10**12, 10**12)), ("csc", (10**12, 3)), ("csr", (3, 10**12))])
+def test_npz_scipy_shape_far_beyond_its_entries(tmp_path, fmt, shape):
+    # Only the dimensions without an index pointer array in the file are checked (a csr file
+    # with 10**12 rows holds 10**12 + 1 row pointers already).
+    path = tmp_path / "s.npz"
+    scipy.sparse.save_npz(path, scipy.sparse.coo_array(([1.0], ([0], [0])), shape=shape).asformat(fmt))
+    with npz_error(path, "shape", "max_nodes=1000000000000"):
+        datasets.load_npz(path)
+    big = 2**21
+    shape = tuple(big if n == 10**12 else n for n in shape)
+    scipy.sparse.save_npz(path, scipy.sparse.coo_array(([1.0], ([0], [0])), shape=shape).asformat(fmt))
+    with npz_error(path, f"{big} nodes"):
+        datasets.load_npz(path)
+    graph, values = datasets.load_npz(path, max_nodes=big, return_values=True)
+    assert graph.shape == shape and values.tolist() == [1.0]
+    assert datasets.load_npz(path, max_nodes=big, transpose=True).shape == shape[::-1]
+
+
+def test_edge_list_delimiter_and_comments_must_be_strings(tmp_path):
+    path = write(tmp_path / "e.txt", "0;1 # c\n1;2\n")
+    with pytest.raises(TypeError, match="delimiter must be a str or bytes, got int"):
+        datasets.load_edge_list(path, delimiter=5)
+    with pytest.raises(TypeError, match="comments must be"):
+        datasets.load_edge_list(path, comments=5)
+    with pytest.raises(TypeError, match="comments must be"):
+        datasets.load_edge_list(path, comments=["#", 5])
+    with pytest.raises(TypeError, match="delimiter"):
+        datasets.load_edge_list(path, delimiter=[";"])
+    with pytest.raises(ValueError, match="delimiter must not contain a line break"):
+        datasets.load_edge_list(path, delimiter="\n")
+    assert datasets.load_edge_list(path, delimiter=b";", comments=b"#").num_edges == 2
+    assert datasets.load_edge_list(path, delimiter=";", comments=("#",)).num_edges == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        ({"degree": float("inf")}, ValueError, "degree must be finite"),
+        ({"degree": float("nan")}, ValueError, "degree must be finite"),
+        ({"degree": "3"}, TypeError, "degree must be a real number, got str"),
+        ({"degree": -1}, ValueError, "degree must be >= 0"),
+        ({"degree": 1e300}, ValueError, "degree \\* num_nodes"),
+        ({"homophily": "0.5"}, TypeError, "homophily must be a real number"),
+        ({"homophily": float("nan")}, ValueError, "homophily must be finite"),
+        ({"feature_noise": None}, TypeError, "feature_noise must be a real number"),
+    ],
+)
+def test_sbm_real_arguments_named(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        datasets.contextual_sbm(20, 2, **kwargs)
+
+
+def test_sbm_accepts_integer_and_numpy_degrees():
+    a = datasets.contextual_sbm(50, 2, degree=3, seed=1)[0]
+    b = datasets.contextual_sbm(50, 2, degree=np.float32(3.0), seed=1)[0]
+    assert same_graph(a, b)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        ({"a": "0.5"}, TypeError, "^a must be a real number, got str"),
+        ({"a": float("nan")}, ValueError, "^a must be finite"),  # was accepted: all edges in row 0
+        ({"b": float("inf")}, ValueError, "^b must be finite"),
+        ({"c": -0.1}, ValueError, "^c must be >= 0"),
+        ({"c": None}, TypeError, "^c must be a real number"),
+    ],
+)
+def test_rmat_probabilities_named(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        datasets.rmat_graph(4, **kwargs)
+
+
+def test_add_self_loops_fill_must_fit_the_values():
+    g = ca.CSRGraph(np.array([0, 1, 1]), np.array([1]), 2)
+    with pytest.raises(ValueError, match="fill_value 0.5 cannot be stored in values of dtype int64"):
+        datasets.add_self_loops(g, np.array([5]), fill_value=0.5)  # the fill silently became 0
+    with pytest.raises(ValueError, match="fill_value"):
+        datasets.add_self_loops(g, np.array([5], dtype=np.int8), fill_value=300)
+    with pytest.raises(ValueError, match="fill_value"):
+        datasets.add_self_loops(g, np.array([5]), fill_value=float("nan"))
+    with pytest.raises(ValueError, match="fill_value"):
+        datasets.add_self_loops(g, np.array([5.0]), fill_value=1 + 2j)
+    with pytest.raises(ValueError, match="fill_value"):
+        datasets.add_self_loops(g, np.array([5.0], dtype=np.float16), fill_value=1e6)  # would become inf
+    with pytest.raises(TypeError, match="fill_value must be a number"):
+        datasets.add_self_loops(g, np.array([5.0]), fill_value="x")
+    _, values = datasets.add_self_loops(g, np.array([5]))  # the default 1.0 fits integers
+    assert values.dtype == np.int64 and values.tolist() == [5, 1, 1]
+    _, values = datasets.add_self_loops(g, np.array([5], dtype=np.uint8), fill_value=np.int64(7))
+    assert values.dtype == np.uint8 and values.tolist() == [5, 7, 7]
+    _, values = datasets.add_self_loops(g, np.array([5.0], dtype=np.float32), fill_value=0.1)  # rounding is fine
+    assert values.dtype == np.float32 and values[1] == np.float32(0.1)
+    _, values = datasets.add_self_loops(g, np.array([5.0], dtype=np.float16), fill_value=float("-inf"))
+    assert values[1] == -np.inf
+    _, values = datasets.add_self_loops(g, np.array([[1.0, 2.0]]), fill_value=np.array([3.0, 4.0]))
+    assert values.tolist() == [[1.0, 2.0], [3.0, 4.0], [3.0, 4.0]]
+    _, values = datasets.add_self_loops(g, np.array([True]), fill_value=1.0)
+    assert values.tolist() == [True, True, True]

@@ -23,6 +23,12 @@ Loaders, each naming the file and line of a malformed entry in its ``ValueError`
 
 Every loader takes ``transpose=True`` to flip that orientation and ``add_self_loops=True``
 to give every node a self-loop; :func:`add_self_loops` does the same to any graph.
+
+A loader refuses a node count that the file declares (a .mtx size line, an .npz
+``num_nodes``) or implies (the largest id + 1) when it is far beyond what the file's edges
+need: more than ``max(2**20, 16 * edges)``, so that a tiny file cannot ask for terabytes.
+Every loader takes ``max_nodes=`` to allow more (and :func:`load_edge_list` an explicit
+``num_nodes=``); sizes of ``2**62`` or more, beyond what 64-bit indices address, never load.
 """
 
 from cupy_csrattn.datasets.auto import load

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from cupy_csrattn.datasets.base import check_count
+from cupy_csrattn.datasets.base import check_count, too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, finish, graph_of_edges
-from cupy_csrattn.datasets.text import TextFile, check_ids, read_bytes
+from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, check_markers, read_bytes
 from cupy_csrattn.graph import CSRGraph
 
 
@@ -19,6 +19,7 @@ def load_edge_list(
     add_self_loops=False,
     dtype=None,
     return_values=False,
+    max_nodes=None,
 ):
     """Load a text edge list: one edge ``src dst [value ...]`` per line.
 
@@ -30,10 +31,10 @@ def load_edge_list(
     ----------
     path : str or os.PathLike
         The file; a name ending in ``.gz`` is decompressed.
-    delimiter : str, optional
+    delimiter : str or bytes, optional
         Column separator. By default any run of whitespace or commas separates columns, so
         whitespace- and comma-separated files both load; a run of delimiters counts as one.
-    comments : str or sequence of str
+    comments : str, bytes, sequence of them, or None
         Comment markers: from a marker to the end of its line is ignored. ``#`` (SNAP) and
         ``%`` (KONECT) by default; ``None`` for none.
     one_based : bool
@@ -42,14 +43,22 @@ def load_edge_list(
     transpose : bool
         Lines are ``dst src`` rather than ``src dst``.
     num_nodes : int, optional
-        Number of nodes (the graph is ``num_nodes x num_nodes``); by default the largest
-        id + 1. Ids out of range are an error.
+        Number of nodes (the graph is ``num_nodes x num_nodes``), at most ``2**62``; by
+        default the largest id + 1. Ids out of range are an error. Given explicitly, it is
+        taken as asked, however far above the largest id (``max_nodes`` does not apply).
     add_self_loops : bool
         Give every node without one a self-loop (value 1 in the values).
     dtype : dtype, optional
         dtype of the values (float64 by default).
     return_values : bool
         Also return the third column, in the graph's edge order (None for 2 columns).
+    max_nodes : int, optional
+        Largest node count accepted from the ids when ``num_nodes`` is not given. By
+        default ``max(2**20, 16 * edges)``: the graph's node arrays then cost at most a few
+        times what its edges cost, and a one-line file such as ``0 10000000000`` is an error
+        (naming the line of the largest id) instead of an attempt to allocate 75 GiB. A file
+        whose ids are that sparse needs ``num_nodes`` (or a larger ``max_nodes``), or
+        renumbered nodes.
 
     Returns
     -------
@@ -66,16 +75,26 @@ def load_edge_list(
     ValueError
         ``"{path}:{line}: ..."`` for a line with a column count other than the first data
         line's (which must be at least 2), a non-integer, negative or out-of-range id, a 0
-        in a one-based file, or a third column that is not a number.
+        in a one-based file, a third column that is not a number, or an id making more than
+        ``max_nodes`` nodes (see there). Also ``num_nodes`` above ``2**62``.
+    TypeError
+        ``delimiter`` or ``comments`` that is not a string, or ``num_nodes`` or
+        ``max_nodes`` that is not an integer.
 
     Notes
     -----
     Blank lines and comment lines are skipped; columns after the third are ignored (KONECT
     timestamps, for example).
     """
-    text = TextFile(path, read_bytes(path), comments, [b","] if delimiter is None else [delimiter])
+    comments = check_markers("comments", comments, sequence=True)
+    separators = [b","] if delimiter is None else check_markers("delimiter", delimiter, sequence=False)
     if num_nodes is not None:
         num_nodes = check_count("num_nodes", num_nodes)
+        if num_nodes > MAX_NODE_ID:
+            raise ValueError(f"num_nodes must be <= 2**62 (what 64-bit indices can address), got {num_nodes}")
+    if max_nodes is not None:
+        max_nodes = check_count("max_nodes", max_nodes)
+    text = TextFile(path, read_bytes(path), comments, separators)
     first_line = next(text.data_lines(), None)
     if first_line is None:
         n = num_nodes or 0
@@ -92,7 +111,21 @@ def load_edge_list(
     left, right = (check_ids(table, table.columns[c], c, one_based, num_nodes, "num_nodes") for c in (0, 1))
     src, dst = (right, left) if transpose else (left, right)
     if num_nodes is None:
-        num_nodes = int(max(src.max(), dst.max())) + 1
+        num_nodes = _inferred_num_nodes(table, left, right, one_based, max_nodes)
     values = table.columns[2] if ncol >= 3 else None
     graph, values = graph_of_edges(src, dst, num_nodes, num_nodes, values, add_self_loops, dtype, path)
     return as_result(graph, values, return_values)
+
+
+def _inferred_num_nodes(table, left, right, one_based, max_nodes):
+    """The largest id + 1; ValueError naming its line when that is more than the node limit."""
+    column = 0 if left.max() >= right.max() else 1
+    ids = (left, right)[column]
+    num_nodes = int(ids.max()) + 1
+    problem = too_many_nodes(num_nodes, len(ids), max_nodes, fix="num_nodes")
+    if problem:
+        row = int(np.argmax(ids))
+        raise table.error(
+            row, f"column {column + 1}: node id {int(ids[row]) + (1 if one_based else 0)} makes {problem}"
+        )
+    return num_nodes

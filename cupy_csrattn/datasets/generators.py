@@ -1,11 +1,15 @@
 """Seeded graph generators (vectorized, deterministic for a given seed) and add_self_loops."""
 
+import warnings
+
 import numpy as np
 
-from cupy_csrattn.datasets.base import check_count, csr_from_edges, index_dtype
+from cupy_csrattn import backend
+from cupy_csrattn.datasets.base import check_count, check_real, csr_from_edges, index_dtype
 from cupy_csrattn.graph import CSRGraph
 
 _RMAT_CHUNK = 1 << 18
+MAX_EDGES = 1 << 62  # edge offsets stay far from the end of int64
 
 
 def _rng(seed):
@@ -64,7 +68,8 @@ def rmat_graph(
     edge_factor : int
         Edges generated per node, before self-loops or duplicates are removed.
     a, b, c : float
-        Quadrant probabilities (Graph500: 0.57, 0.19, 0.19; d = 0.05).
+        Quadrant probabilities (Graph500: 0.57, 0.19, 0.19; d = 0.05): real numbers in
+        [0, 1] with ``a + b + c <= 1``; NaN or a string is an error naming the argument.
     self_loops : bool
         Keep edges from a node to itself; ``False`` drops them.
     duplicates : bool
@@ -85,8 +90,9 @@ def rmat_graph(
     edge_factor = check_count("edge_factor", edge_factor)
     if scale > 40:
         raise ValueError(f"scale must be <= 40, got {scale}")
+    a, b, c = (check_real(name, value, 0.0, 1.0) for name, value in (("a", a), ("b", b), ("c", c)))
     d = 1.0 - a - b - c
-    if min(a, b, c) < 0 or d < -1e-12:
+    if d < -1e-12:
         raise ValueError(f"a, b, c must be >= 0 with a + b + c <= 1, got a={a}, b={b}, c={c}")
     rng = _rng(seed)
     num_nodes = 1 << scale
@@ -143,7 +149,7 @@ def contextual_sbm(num_nodes, num_classes, *, degree=10, homophily=0.8, num_feat
     num_classes : int
         Number of classes, >= 1.
     degree : float
-        Mean in-degree of a row.
+        Mean in-degree of a row: a finite real number >= 0 (a string is a TypeError).
     homophily : float in [0, 1]
         Expected fraction of edges whose two ends share a class (edge homophily). With one
         class every edge is intra-class.
@@ -168,12 +174,11 @@ def contextual_sbm(num_nodes, num_classes, *, degree=10, homophily=0.8, num_feat
     num_features = check_count("num_features", num_features)
     if num_nodes < num_classes:
         raise ValueError(f"num_nodes ({num_nodes}) must be >= num_classes ({num_classes})")
-    if not 0.0 <= homophily <= 1.0:
-        raise ValueError(f"homophily must be in [0, 1], got {homophily}")
-    if not degree >= 0:
-        raise ValueError(f"degree must be >= 0, got {degree}")
-    if not feature_noise >= 0:
-        raise ValueError(f"feature_noise must be >= 0, got {feature_noise}")
+    homophily = check_real("homophily", homophily, 0.0, 1.0)
+    degree = check_real("degree", degree, 0.0)
+    feature_noise = check_real("feature_noise", feature_noise, 0.0)
+    if degree * num_nodes >= MAX_EDGES:
+        raise ValueError(f"degree * num_nodes = {degree * num_nodes:g} edges is more than 64-bit indices can address")
     rng = _rng(seed)
     labels = rng.permutation(np.arange(num_nodes, dtype=np.int64) % num_classes)
     members = np.argsort(labels, kind="stable")  # node ids grouped by class
@@ -210,8 +215,11 @@ def add_self_loops(graph, values=None, *, fill_value=1.0, skip_existing=True):
         A square graph (``num_dst == num_src``).
     values : (E,) or (E, ...) array, optional
         Per-edge values to carry along; the new loops get ``fill_value``.
-    fill_value : scalar
-        Value of the added loops in ``values``.
+    fill_value : scalar or array
+        Value of the added loops in ``values`` (an array broadcasts over ``values.shape[1:]``).
+        It must fit the values' dtype: a fraction, or a number out of range, for integer
+        values is a ValueError rather than being cut; so is a complex number for real values
+        and a finite number that overflows to infinity (rounding is fine).
     skip_existing : bool
         Leave rows that already hold a self-loop unchanged (``True``), or add one to every
         row regardless (``False``).
@@ -259,7 +267,34 @@ def add_self_loops(graph, values=None, *, fill_value=1.0, skip_existing=True):
         raise ValueError(
             f"values has {values.shape[0] if values.ndim else 0} rows, but the graph has {num_edges} edges"
         )
+    fill = _fill_for(values.dtype, fill_value)
     new_values = xp.empty((new_edges,) + values.shape[1:], dtype=values.dtype)
     new_values[xp.asarray(old_position)] = values
-    new_values[xp.asarray(loop_position)] = fill_value
+    new_values[xp.asarray(loop_position)] = xp.asarray(fill)
     return result, new_values
+
+
+def _fill_for(dtype, fill_value):
+    """``fill_value`` as an array of ``dtype``; TypeError or ValueError naming it when it does not fit.
+
+    Numbers must keep their value in ``dtype`` up to rounding: a fraction or an out-of-range
+    number for integer values, a finite number that overflows floating values, or a complex
+    number for real values, is refused rather than cut.
+    """
+    fill = np.asarray(fill_value.get() if backend.is_cupy_array(fill_value) else fill_value)
+    if dtype.kind not in "biufc":
+        return fill
+    if fill.dtype.kind not in "biufc":
+        raise TypeError(f"fill_value must be a number for values of dtype {dtype}, got {fill_value!r}")
+    if dtype.kind != "c" and fill.dtype.kind == "c" and np.any(fill.imag != 0):
+        raise ValueError(f"fill_value {fill_value!r} is complex, but the values are real ({dtype})")
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        cast = fill.real.astype(dtype) if dtype.kind != "c" else fill.astype(dtype)
+    overflow = dtype.kind in "fc" and np.any(np.isinf(cast) & np.isfinite(fill))
+    if overflow or (dtype.kind in "biu" and not np.array_equal(cast, fill)):
+        raise ValueError(
+            f"fill_value {fill_value!r} cannot be stored in values of dtype {dtype} (it would become "
+            f"{cast.tolist()!r}); pass values of a floating dtype or a fill_value that fits"
+        )
+    return cast

@@ -8,10 +8,12 @@ name the file. Dense ("array") files, rare for graphs, go to scipy.io.mmread.
 """
 
 import os
+import re
 
 import numpy as np
 import scipy.io
 
+from cupy_csrattn.datasets.base import check_count, too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, graph_of_edges
 from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, read_bytes
 
@@ -27,7 +29,7 @@ _SYMMETRIES = ("general", "symmetric", "skew-symmetric", "hermitian")
 _VALUE_KINDS = {None: [], "int": ["int"], "float": ["float"], "complex": ["float", "float"]}
 
 
-def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_values=False):
+def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_values=False, max_nodes=None):
     """Load a Matrix Market (.mtx) file as a graph.
 
     Entry ``(i, j)`` of the matrix is an edge from source ``j`` to destination ``i``: row
@@ -48,6 +50,12 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         complex128 for ``complex`` files.
     return_values : bool
         Also return the entries' values in the graph's edge order (None for ``pattern``).
+    max_nodes : int, optional
+        Largest row or column count accepted from the size line of a coordinate file. By
+        default ``max(2**20, 16 * entries)``: the graph's node arrays then cost at most a few
+        times what its entries cost, and a 3-line file declaring ``10**12`` rows is an error
+        naming its size line instead of an attempt to allocate terabytes. Pass the matrix's
+        size (or more) to load a matrix with that many more rows or columns than entries.
 
     Returns
     -------
@@ -63,17 +71,24 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     FileNotFoundError
         The file does not exist.
     ValueError
-        ``"{path}:{line}: ..."`` for a bad header or size line, an entry with the wrong
-        number of columns, a non-integer or out-of-range index, a value that is not a
-        number, or more or fewer entries than the size line declares.
+        ``"{path}:{line}: ..."`` for a bad header or size line (a size of ``2**62`` or more,
+        beyond what 64-bit indices can address; more rows or columns than ``max_nodes``), an
+        entry with the wrong number of columns, a non-integer or out-of-range index, a value
+        that is not a number, or more or fewer entries than the size line declares.
     """
     path = os.fspath(path)
+    if max_nodes is not None:
+        max_nodes = check_count("max_nodes", max_nodes)
     raw = read_bytes(path)
     fmt, field, symmetry = _header(path, raw)
-    if fmt == "array":
-        return _load_dense(path, transpose, add_self_loops, dtype, return_values)
     text = TextFile(path, raw, "%")
-    size_line, start, (num_rows, num_cols, num_entries) = _sizes(text)
+    if fmt == "array":
+        _check_dense_values(text, field, symmetry)
+        return _load_dense(path, transpose, add_self_loops, dtype, return_values)
+    size_line, start, (num_rows, num_cols, num_entries) = _sizes(text, ("rows", "columns", "entries"))
+    problem = too_many_nodes(max(num_rows, num_cols), num_entries, max_nodes)
+    if problem:
+        raise text.error(size_line, f"the size line declares a {num_rows} x {num_cols} matrix: {problem}")
     kind = _FIELDS[field]
     what = (
         f"'row column{'' if kind is None else ' value'}{' imaginary' if kind == 'complex' else ''}' "
@@ -128,25 +143,45 @@ def _header(path, raw):
     return words[2], words[3], words[4]
 
 
-def _sizes(text):
-    """(line, offset of the next line, [rows, columns, entries]) of the size line."""
+def _sizes(text, names):
+    """(line, offset of the next line, sizes) of the size line, whose sizes are ``names``."""
+    expected = " ".join(names)
     size = next(text.data_lines(), None)
     if size is None:
-        raise ValueError(f"{text.path}:{text.num_lines()}: the size line 'rows columns entries' is missing")
+        raise ValueError(f"{text.path}:{text.num_lines()}: the size line '{expected}' is missing")
     line, tokens, start = size
-    if len(tokens) != 3:
-        raise text.error(line, f"expected the size line 'rows columns entries', got {len(tokens)} columns")
+    if len(tokens) != len(names):
+        raise text.error(line, f"expected the size line '{expected}', got {len(tokens)} columns")
     sizes = []
-    for token in tokens:
+    for name, token in zip(names, tokens):
         try:
-            sizes.append(int(token))
+            value = int(token)
         except ValueError:
             raise text.error(line, f"size {token.decode(errors='replace')!r} is not an integer") from None
-    if min(sizes) < 0:
-        raise text.error(line, f"negative size in {sizes}")
-    if max(sizes[:2]) >= MAX_NODE_ID:
-        raise text.error(line, f"size too large in {sizes}")
+        if value < 0:
+            raise text.error(line, f"negative size: {name} = {value}")
+        if value >= MAX_NODE_ID:
+            raise text.error(line, f"{name} = {value} is beyond what 64-bit indices can address (< 2**62)")
+        sizes.append(value)
     return line, start, sizes
+
+
+def _check_dense_values(text, field, symmetry):
+    """ValueError naming the file and line when a dense file holds fewer values than its size line asks for."""
+    size_line, start, (num_rows, num_cols) = _sizes(text, ("rows", "columns"))
+    if symmetry == "general":
+        expected = num_rows * num_cols
+    elif symmetry == "skew-symmetric":
+        expected = num_rows * (num_rows - 1) // 2
+    else:
+        expected = num_rows * (num_rows + 1) // 2
+    # One value per line (two numbers for complex); comments and blank lines hold none.
+    found = len(re.sub(rb"%[^\n]*", b"", text.raw[start:]).split()) // (2 if field == "complex" else 1)
+    if found < expected:
+        raise ValueError(
+            f"{text.path}:{text.num_lines()}: the file ends after {found} of the {expected} values of the "
+            f"{num_rows} x {num_cols} {symmetry} matrix declared on line {size_line + 1}"
+        )
 
 
 def _both_triangles(row, col, values, symmetry):

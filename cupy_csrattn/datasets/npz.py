@@ -5,12 +5,13 @@ import os
 import numpy as np
 import scipy.sparse
 
-from cupy_csrattn.datasets.base import csr_from_edges
+from cupy_csrattn.datasets.base import check_count, csr_from_edges, too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, finish
+from cupy_csrattn.datasets.text import MAX_NODE_ID
 from cupy_csrattn.graph import CSRGraph
 
 
-def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_values=False):
+def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_values=False, max_nodes=None):
     """Load a graph from a .npz file.
 
     Three layouts are recognised:
@@ -22,6 +23,10 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
       optional ``num_src`` and ``data`` (or ``values``);
     - ``np.savez`` array ``edge_index`` of shape (2, E), row 0 the sources and row 1 the
       destinations (PyG), with optional ``num_nodes`` and ``data`` (or ``values``).
+
+    Index arrays (``indptr``, ``indices``, ``edge_index``) and counts (``num_src``,
+    ``num_nodes``, integer scalars) must have an integer dtype: node ids are never rounded.
+    ``data`` must be numeric with one entry (row) per edge.
 
     Parameters
     ----------
@@ -35,6 +40,11 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         dtype of the values (the file's by default).
     return_values : bool
         Also return the values in the graph's edge order (None when the file has none).
+    max_nodes : int, optional
+        Largest node count accepted where the file declares it (``num_nodes``, ``num_src``,
+        a scipy matrix's shape) or implies it (the largest id + 1) rather than holding an
+        array that long. By default ``max(2**20, 16 * edges)``, so that a tiny file cannot
+        ask for terabytes; pass the node count (or more) for sparser ids.
 
     Returns
     -------
@@ -48,9 +58,12 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         The file does not exist.
     ValueError
         ``"{path}: ..."`` when the file is not a .npz archive, holds none of the layouts
-        above, or holds an invalid structure.
+        above, or holds an invalid structure: a non-integer index array or count, ``data``
+        of another length than the edges, a node count above ``max_nodes``.
     """
     path = os.fspath(path)
+    if max_nodes is not None:
+        max_nodes = check_count("max_nodes", max_nodes)
     if not os.path.exists(path):
         raise FileNotFoundError(2, "No such file", path)
     try:
@@ -63,31 +76,11 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         keys = set(archive.files)
         try:
             if {"format", "shape"} <= keys:
-                graph, values = _graph_of_scipy_npz(path, transpose)
+                graph, values = _graph_of_scipy_npz(path, transpose, max_nodes)
             elif {"indptr", "indices"} <= keys:
-                num_src = int(archive["num_src"]) if "num_src" in keys else None
-                graph = CSRGraph(archive["indptr"], archive["indices"], num_src)
-                values = _npz_values(archive, keys)
-                if transpose:
-                    graph, values = _transposed(graph, values)
+                graph, values = _graph_of_csr_arrays(archive, keys, transpose, max_nodes)
             elif "edge_index" in keys:
-                edge_index = archive["edge_index"]
-                if edge_index.ndim != 2 or edge_index.shape[0] != 2:
-                    raise ValueError(f"edge_index must have shape (2, E), got {edge_index.shape}")
-                src, dst = edge_index[0].astype(np.int64), edge_index[1].astype(np.int64)
-                if transpose:
-                    src, dst = dst, src
-                if "num_nodes" in keys:
-                    num_nodes = int(archive["num_nodes"])
-                else:
-                    num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
-                if len(src) and min(src.min(), dst.min()) < 0:
-                    raise ValueError("edge_index has negative node ids")
-                if len(src) and max(src.max(), dst.max()) >= num_nodes:
-                    raise ValueError(f"edge_index has node ids >= num_nodes = {num_nodes}")
-                values = _npz_values(archive, keys)
-                graph, perm = csr_from_edges(src, dst, num_nodes, num_nodes)
-                values = values[perm] if values is not None else None
+                graph, values = _graph_of_edge_index(archive, keys, transpose, max_nodes)
             else:
                 raise ValueError(
                     "no graph found: expected a scipy.sparse.save_npz file, or arrays "
@@ -101,15 +94,93 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     return as_result(graph, values, return_values)
 
 
-def _npz_values(archive, keys):
-    for key in ("data", "values"):
-        if key in keys:
-            return archive[key]
-    return None
+def _graph_of_csr_arrays(archive, keys, transpose, max_nodes):
+    """Arrays ``indptr``, ``indices`` and optional ``num_src`` and ``data``/``values``."""
+    num_src = _count(archive, "num_src") if "num_src" in keys else None
+    graph = CSRGraph(archive["indptr"], archive["indices"], num_src)
+    problem = too_many_nodes(graph.num_src, graph.num_edges, max_nodes)
+    if problem:  # the rows are an array in the file; the columns only a number
+        what = "'num_src' declares" if num_src is not None else "the largest index in 'indices' + 1 gives"
+        raise ValueError(f"{what} {problem}")
+    values = _values(archive, keys, graph.num_edges, "indices")
+    if transpose:
+        graph, values = _transposed(graph, values)
+    return graph, values
 
 
-def _graph_of_scipy_npz(path, transpose):
+def _graph_of_edge_index(archive, keys, transpose, max_nodes):
+    """Array ``edge_index`` (sources, destinations) and optional ``num_nodes`` and ``data``/``values``."""
+    edge_index = _integer_array(archive, "edge_index")
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"array 'edge_index' must have shape (2, E), got {edge_index.shape}")
+    num_edges = edge_index.shape[1]
+    if num_edges and edge_index.min() < 0:
+        raise ValueError("array 'edge_index' has negative node ids")
+    largest = int(edge_index.max()) if num_edges else -1
+    if largest >= MAX_NODE_ID:
+        raise ValueError(f"array 'edge_index' has node id {largest}, beyond what 64-bit indices can address")
+    src, dst = edge_index.astype(np.int64, copy=False)
+    if transpose:
+        src, dst = dst, src
+    if "num_nodes" in keys:
+        num_nodes = _count(archive, "num_nodes")
+        if largest >= num_nodes:
+            raise ValueError(f"array 'edge_index' has node ids >= num_nodes = {num_nodes}")
+        what = "'num_nodes' declares"
+    else:
+        num_nodes = largest + 1
+        what = f"node id {largest} in array 'edge_index' makes"
+    problem = too_many_nodes(num_nodes, num_edges, max_nodes)
+    if problem:
+        raise ValueError(f"{what} {problem}")
+    values = _values(archive, keys, num_edges, "edge_index")
+    graph, perm = csr_from_edges(src, dst, num_nodes, num_nodes)
+    return graph, (values[perm] if values is not None else None)
+
+
+def _integer_array(archive, key):
+    """Array ``key`` of the archive; ValueError naming it unless its dtype is an integer one."""
+    array = archive[key]
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"array '{key}' must have an integer dtype, got {array.dtype} (node ids are not rounded)")
+    return array
+
+
+def _count(archive, key):
+    """Integer scalar ``key`` of the archive (a node count) as an int; ValueError naming it."""
+    array = _integer_array(archive, key)
+    if array.size != 1:
+        raise ValueError(f"array '{key}' must be a single integer, got shape {array.shape}")
+    value = int(array.reshape(()))
+    if not 0 <= value <= MAX_NODE_ID:
+        raise ValueError(f"'{key}' must be in 0..2**62 (what 64-bit indices can address), got {value}")
+    return value
+
+
+def _values(archive, keys, num_edges, index_key):
+    """Array ``data`` (or ``values``), one entry per edge of ``index_key``; ValueError naming it otherwise."""
+    key = next((key for key in ("data", "values") if key in keys), None)
+    if key is None:
+        return None
+    values = archive[key]
+    if values.dtype.kind not in "biufc":
+        raise ValueError(f"array '{key}' must be numeric, got dtype {values.dtype}")
+    if values.ndim == 0 or values.shape[0] != num_edges:
+        count = values.shape[0] if values.ndim else 0
+        length = "a scalar" if values.ndim == 0 else f"{count} entr{'y' if count == 1 else 'ies'}"
+        raise ValueError(f"array '{key}' has {length}, but '{index_key}' has {num_edges} edges")
+    return values
+
+
+def _graph_of_scipy_npz(path, transpose, max_nodes):
     matrix = scipy.sparse.load_npz(path)
+    # A dimension that the file holds an index pointer array for costs nothing more; the others
+    # are only numbers in the file, and the graph may need an array that long.
+    declared = {"csr": (1,), "bsr": (1,), "csc": (0,)}.get(matrix.format, (0, 1))
+    for axis in declared:
+        problem = too_many_nodes(matrix.shape[axis], matrix.nnz, max_nodes)
+        if problem:
+            raise ValueError(f"the {matrix.format} matrix's shape {matrix.shape} declares {problem}")
     if transpose:
         matrix = matrix.T
     if matrix.format == "csr":

@@ -59,6 +59,28 @@ def _as_bytes(text):
     return text.encode() if isinstance(text, str) else text
 
 
+def check_markers(name, value, sequence):
+    """A loader's ``delimiter`` (``sequence=False``: one str or bytes) or ``comments``
+    (``sequence=True``: also a list, tuple or set of them, or None) as a list of bytes;
+    TypeError or ValueError naming the argument."""
+    if value is None and sequence:
+        return []
+    if isinstance(value, (str, bytes)):
+        items = [value]
+    elif sequence and isinstance(value, (list, tuple, set, frozenset)):
+        items = list(value)
+    else:
+        items = None
+    if items is None or not all(isinstance(item, (str, bytes)) for item in items):
+        kinds = "a str or bytes, a list of them, or None" if sequence else "a str or bytes"
+        shown = type(value).__name__ if items is None else [type(item).__name__ for item in items]
+        raise TypeError(f"{name} must be {kinds}, got {shown}")
+    items = [_as_bytes(item) for item in items]
+    if any(b"\n" in item or b"\r" in item for item in items):
+        raise ValueError(f"{name} must not contain a line break, got {value!r}")
+    return items
+
+
 class TextFile:
     """A text file's bytes and the rules that split its lines into tokens.
 
