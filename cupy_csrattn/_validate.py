@@ -17,27 +17,42 @@ def resolve_graph(graph):
     if isinstance(graph, CSRGraph):
         return graph, None
     if scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph):
-        return graph_and_edge_order(graph, "full", name="graph")
+        return graph_and_edge_order(graph, "full", name="graph", copy=False)
     if isinstance(graph, (tuple, list)) and len(graph) in (2, 3) and all(np.ndim(part) == 1 for part in graph[:2]):
-        return CSRGraph(*graph), None
+        return CSRGraph(*graph, copy=False), None  # lives for one call: no copy needed
     raise TypeError(
         "graph must be a CSRGraph, a scipy or cupyx sparse matrix, or a tuple "
         f"(indptr, indices[, num_src]), got {type(graph).__name__}"
     )
 
 
+# The dtypes the kernels compute in; every other dtype, floating point included, is refused.
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
 def float_array(name, x):
-    """x as a NumPy or CuPy array (see backend.as_array); TypeError unless real floating point."""
+    """x as a NumPy or CuPy array (see backend.as_array); TypeError unless float16, float32 or float64.
+
+    Other floating-point dtypes (long double, bfloat16, the float8 and smaller types of
+    ml_dtypes) get a TypeError naming the dtype and what to convert to.
+    """
     if x is None:
         raise TypeError(f"{name} must be a floating-point array, got None")
     x = backend.as_array(name, x)
-    if x.dtype.name == "bfloat16":
+    dtype = x.dtype
+    if dtype in FLOAT_DTYPES:
+        return x
+    if dtype.kind == "f" and dtype.itemsize > 8:  # np.longdouble where it is wider than float64
         raise TypeError(
-            f"{name} has dtype bfloat16, which cupy_csrattn does not support yet; convert it to float16 or float32"
+            f"{name} has dtype {dtype} (long double), which cupy_csrattn does not support: it computes in at "
+            "most float64; convert it to float64"
         )
-    if x.dtype.kind != "f":
-        raise TypeError(f"{name} must be a real floating-point array, got dtype {x.dtype}")
-    return x
+    if dtype.kind == "f" or "float" in dtype.name:  # also ml_dtypes' floats, whose kind is "V"
+        raise TypeError(
+            f"{name} has dtype {dtype.name}, which cupy_csrattn does not support (only float16, float32 and "
+            "float64); convert it to float16 or float32"
+        )
+    raise TypeError(f"{name} must be a real floating-point array, got dtype {dtype}")
 
 
 def edge_array(name, x, graph, heads="any"):
@@ -115,5 +130,7 @@ def out_array(name, out, shape, dtype, on_gpu):
         raise ValueError(f"{name} has shape {tuple(out.shape)}, expected {tuple(shape)}")
     if not out.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous")
+    if not getattr(out.flags, "writeable", True):  # NumPy only: CuPy arrays have no read-only flag
+        raise ValueError(f"{name} is read-only (writeable=False); pass a writeable array")
     if on_gpu and out.device.id != backend.cupy.cuda.Device().id:
         raise ValueError(f"{name} is on GPU {out.device.id}, but the op runs on GPU {backend.cupy.cuda.Device().id}")

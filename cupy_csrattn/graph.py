@@ -31,6 +31,19 @@ def _index_array(name, array, on_gpu):
     return array  # uint64: converted by the caller once its values are known to fit
 
 
+def node_count(name, value):
+    """value as a node count (an int >= 0); TypeError for bool or non-integers, ValueError if negative."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, got bool")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
 class CSRGraph:
     """A graph in CSR form: row ``d`` holds the source neighbours of destination ``d``.
 
@@ -43,31 +56,36 @@ class CSRGraph:
     num_src : int, optional
         Number of source nodes. Defaults to ``max(indices) + 1`` (a device sync on the GPU).
     check : {"full", "fast", "none"}
-        "full" verifies the structure (indptr starts at 0, never decreases, ends at E;
-        0 <= indices < num_src; syncs once on the GPU); "fast" checks only shapes and dtypes;
-        "none" trusts the caller.
+        "full" verifies the structure: indptr starts at 0, never decreases and ends at E;
+        0 <= indices < num_src. "fast" checks shapes, dtypes and every bound (indptr starts at
+        0, ends at E and stays within [0, E]; 0 <= indices < num_src) but not that indptr never
+        decreases. Each is one pass over the arrays with one host sync on the GPU. "none"
+        checks shapes and dtypes only and trusts the caller: malformed input (an index out of
+        range, a bad indptr) is then undefined behaviour, up to reading outside the arrays.
+    copy : bool
+        True (the default): the graph keeps its own copy of the index arrays (one copy of
+        E + num_dst + 1 integers), so later changes to the caller's arrays cannot reach it.
+        False: the graph keeps the caller's int32/int64 arrays as they are; the caller must
+        then not modify them for as long as the graph is used, since the graph caches data
+        derived from them (work plans, transpose, device copies).
 
-    int32 and int64 arrays are kept as given (not copied); narrower or unsigned integers are
-    converted. NumPy arrays give a CPU graph, CuPy arrays a GPU graph (``device``).
+    int32 and int64 indices keep their dtype; narrower or unsigned integers are converted
+    (a new array, whatever ``copy`` says). NumPy arrays give a CPU graph, CuPy arrays a GPU
+    graph (``device``). The graph's arrays must not be modified in place.
     """
 
-    def __init__(self, indptr, indices, num_src=None, *, check="full"):
+    def __init__(self, indptr, indices, num_src=None, *, check="full", copy=True):
         if check not in _CHECK_MODES:
             raise ValueError(f"check must be one of {_CHECK_MODES}, got {check!r}")
-        indptr, indices = backend.as_array("indptr", indptr), backend.as_array("indices", indices)
-        on_gpu = backend.is_cupy_array(indptr) or backend.is_cupy_array(indices)
-        indptr = _index_array("indptr", indptr, on_gpu)
-        indices = _index_array("indices", indices, on_gpu)
+        given_indptr, given_indices = backend.as_array("indptr", indptr), backend.as_array("indices", indices)
+        on_gpu = backend.is_cupy_array(given_indptr) or backend.is_cupy_array(given_indices)
+        indptr = _index_array("indptr", given_indptr, on_gpu)
+        indices = _index_array("indices", given_indices, on_gpu)
         if len(indptr) == 0:
             raise ValueError("indptr must have num_dst + 1 >= 1 entries, got an empty array")
         xp = backend.array_module(on_gpu)
         if num_src is not None:
-            try:
-                num_src = operator.index(num_src)
-            except TypeError:
-                raise TypeError(f"num_src must be an integer, got {type(num_src).__name__}") from None
-            if num_src < 0:
-                raise ValueError(f"num_src must be >= 0, got {num_src}")
+            num_src = node_count("num_src", num_src)
         unsigned64 = [name for name, a in (("indptr", indptr), ("indices", indices)) if a.dtype == np.uint64]
         if check == "full" or (unsigned64 and check == "fast" and not on_gpu):
             for name, array in (("indptr", indptr), ("indices", indices)):
@@ -75,14 +93,13 @@ class CSRGraph:
                     raise ValueError(f"{name} has values too large for int64")
         indptr = indptr.astype(np.int64) if indptr.dtype == np.uint64 else indptr
         indices = indices.astype(np.int64) if indices.dtype == np.uint64 else indices
-        if num_src is None:
+        if check != "none":
+            num_src = self._check_structure(xp, indptr, indices, num_src, full=check == "full")
+        elif num_src is None:
             num_src = int(indices.max()) + 1 if len(indices) else 0  # host sync
-            # "full" checks the range below, with the maximum; "fast" still must not accept
-            # a negative index just because it derived num_src.
-            if check == "fast" and len(indices) and int(indices.min()) < 0:  # host sync
-                raise ValueError("indices has negative entries")
-        if check == "full":
-            self._check_structure(xp, indptr, indices, num_src)
+        if copy:  # arrays converted above are new already
+            indptr = indptr.copy() if indptr is given_indptr else indptr
+            indices = indices.copy() if indices is given_indices else indices
         self.indptr = indptr
         self.indices = indices
         self.num_src = num_src
@@ -90,32 +107,50 @@ class CSRGraph:
         self._cache = {}
 
     @staticmethod
-    def _check_structure(xp, indptr, indices, num_src):
+    def _check_structure(xp, indptr, indices, num_src, full):
+        """Check indptr and indices (one host sync); returns num_src (max(indices) + 1 if None).
+
+        full: also that indptr never decreases; otherwise only that its values lie in [0, E].
+        """
         num_edges = len(indices)
-        first, last = (int(v) for v in xp.stack([indptr[0], indptr[-1]]).astype(np.int64).tolist())  # host sync
+        parts = [indptr[0], indptr[-1], indptr.min(), indptr.max()]
+        if full:
+            parts.append((indptr[1:] < indptr[:-1]).any() if len(indptr) > 1 else xp.zeros((), bool))
+        if num_edges:
+            parts += [indices.min(), indices.max()]
+        values = [int(v) for v in xp.stack([xp.asarray(p).astype(np.int64) for p in parts]).tolist()]  # host sync
+        first, last, low, high = values[:4]
         if first != 0:
             raise ValueError(f"indptr must start at 0, got indptr[0] = {first}")
         if last != num_edges:
             raise ValueError(f"indptr must end at len(indices) = {num_edges}, got indptr[-1] = {last}")
-        if len(indptr) > 1 and bool((indptr[1:] < indptr[:-1]).any()):  # host sync
+        if full and values[4]:
             raise ValueError("indptr must be non-decreasing")
+        if low < 0 or high > num_edges:
+            raise ValueError(f"indptr values must lie in [0, len(indices) = {num_edges}], got {low} to {high}")
         if num_edges:
-            low, high = (int(v) for v in xp.stack([indices.min(), indices.max()]).tolist())  # host sync
+            low, high = values[-2:]
             if low < 0:
                 raise ValueError(f"indices must be >= 0, got {low}")
+            if num_src is None:
+                num_src = high + 1
             if high >= num_src:
                 raise ValueError(f"indices must be < num_src = {num_src}, got {high}")
+        return 0 if num_src is None else num_src
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def from_scipy(cls, matrix, *, check="full"):
+    def from_scipy(cls, matrix, *, check="full", copy=True):
         """Graph of a scipy.sparse or cupyx.scipy.sparse matrix (CSR, CSC or COO), row i = destination i.
 
         Duplicate entries stay distinct edges. For CSC and COO the graph's edge ``e`` is the
         matrix's stored entry ``perm[e]`` (see ``from_edge_index``); ops given the matrix
-        itself take and return edge arrays in the matrix's stored order.
+        itself take and return edge arrays in the matrix's stored order. ``check`` and
+        ``copy`` as for CSRGraph (with copy=False a CSR matrix's indptr and indices are
+        shared, and the matrix's structure must not change afterwards); CSC and COO
+        structures are always checked and converted into new arrays.
         """
-        return graph_and_edge_order(matrix, check)[0]
+        return graph_and_edge_order(matrix, check, copy=copy)[0]
 
     @classmethod
     def from_edge_index(cls, src, dst, num_dst=None, num_src=None):
@@ -126,16 +161,20 @@ class CSRGraph:
         src, dst : (E,) integer arrays
             Source and destination node of each edge.
         num_dst, num_src : int, optional
-            Node counts; default to the largest id + 1 (a device sync on the GPU).
+            Node counts; default to the largest id + 1. Ids are checked against them (one
+            device sync on the GPU).
 
         Returns
         -------
         graph : CSRGraph
             Indices in the dtype of ``src`` as CSRGraph converts it (int32 or int64); indptr
-            too, unless E exceeds the int32 range (then int64).
+            too, unless E exceeds the int32 range (then int64). Its arrays are new (never
+            the caller's).
         perm : (E,) int64 array
             Graph edge ``e`` is input edge ``perm[e]``.
         """
+        num_dst = None if num_dst is None else node_count("num_dst", num_dst)
+        num_src = None if num_src is None else node_count("num_src", num_src)
         src, dst = backend.as_array("src", src), backend.as_array("dst", dst)
         on_gpu = backend.is_cupy_array(src) or backend.is_cupy_array(dst)
         src = _index_array("src", src, on_gpu)
@@ -146,18 +185,18 @@ class CSRGraph:
             raise ValueError(f"src has {len(src)} entries but dst has {len(dst)}")
         xp = backend.array_module(on_gpu)
         num_edges = len(dst)
+        high_dst = high_src = -1
         if num_edges:
-            low, high = (int(v) for v in xp.stack([dst.min(), dst.max()]).astype(np.int64).tolist())  # host sync
-            if low < 0:
-                raise ValueError(f"dst must be >= 0, got {low}")
-        else:
-            high = -1
-        if num_dst is None:
-            num_dst = high + 1
-        else:
-            num_dst = operator.index(num_dst)
-            if high >= num_dst:
-                raise ValueError(f"dst must be < num_dst = {num_dst}, got {high}")
+            bounds = xp.stack([a.astype(np.int64) for a in (dst.min(), dst.max(), src.min(), src.max())])
+            low_dst, high_dst, low_src, high_src = (int(v) for v in bounds.tolist())  # host sync
+            for name, low in (("dst", low_dst), ("src", low_src)):
+                if low < 0:
+                    raise ValueError(f"{name} must be >= 0, got {low}")
+        num_dst = high_dst + 1 if num_dst is None else num_dst
+        num_src = high_src + 1 if num_src is None else num_src
+        for name, high, count in (("dst", high_dst, num_dst), ("src", high_src, num_src)):
+            if high >= count:
+                raise ValueError(f"{name} must be < num_{name} = {count}, got {high}")
         if xp is np and num_edges < (1 << 32) and num_dst <= _INT32_MAX:
             # One sort of distinct 64-bit keys (destination << 32 | input position): the order of a
             # stable argsort by destination, several times faster on large graphs.
@@ -171,7 +210,8 @@ class CSRGraph:
         indptr_dtype = np.int64 if num_edges > _INT32_MAX else src.dtype
         indptr = xp.zeros(num_dst + 1, dtype=indptr_dtype)
         xp.cumsum(counts, out=indptr[1:])
-        graph = cls(indptr, src[perm], num_src, check="full")
+        # Valid by construction: every id was checked above.
+        graph = cls(indptr, src[perm], num_src, check="none", copy=False)
         return graph, perm
 
     # -- attributes -----------------------------------------------------------------
@@ -230,7 +270,11 @@ class CSRGraph:
             ("to_gpu", device_id),
             lambda: _with_twin(
                 CSRGraph(
-                    backend.cupy.asarray(self.indptr), backend.cupy.asarray(self.indices), self.num_src, check="none"
+                    backend.cupy.asarray(self.indptr),
+                    backend.cupy.asarray(self.indices),
+                    self.num_src,
+                    check="none",
+                    copy=False,
                 ),
                 self,
             ),
@@ -242,7 +286,9 @@ class CSRGraph:
             return self
         return self.cached(
             "to_cpu",
-            lambda: _with_twin(CSRGraph(self.indptr.get(), self.indices.get(), self.num_src, check="none"), self),
+            lambda: _with_twin(
+                CSRGraph(self.indptr.get(), self.indices.get(), self.num_src, check="none", copy=False), self
+            ),
         )
 
     # -- transpose ------------------------------------------------------------------
@@ -281,7 +327,7 @@ class CSRGraph:
                 xp.cumsum(xp.bincount(self.indices, minlength=self.num_src), out=indptr[1:])
             dst_dtype = self.index_dtype if self.num_dst <= np.iinfo(self.index_dtype).max + 1 else np.int64
             indices = self.row_of_edge()[perm].astype(dst_dtype, copy=False)
-            graph_t = CSRGraph(indptr, indices, self.num_dst, check="none")
+            graph_t = CSRGraph(indptr, indices, self.num_dst, check="none", copy=False)
             return graph_t, perm
 
         return self.cached("transpose", build)
@@ -299,15 +345,19 @@ def _stored_columns_of_csc(matrix, xp):
     return xp.searchsorted(matrix.indptr, edges, side="right") - 1
 
 
-def graph_and_edge_order(matrix, check, name="matrix"):
-    """(graph, perm): perm is None for CSR, else graph edge e is the matrix's stored entry perm[e]."""
+def graph_and_edge_order(matrix, check, name="matrix", copy=True):
+    """(graph, perm): perm is None for CSR, else graph edge e is the matrix's stored entry perm[e].
+
+    copy=False shares a CSR matrix's structure arrays (for a graph that lives no longer than
+    one op call); CSC and COO always give new arrays.
+    """
     is_scipy = scipy.sparse.issparse(matrix)
     if not is_scipy and not backend.is_cupyx_sparse(matrix):
         raise TypeError(f"{name} must be a scipy.sparse or cupyx.scipy.sparse matrix, got {type(matrix).__name__}")
     fmt = matrix.format
     num_dst, num_src = matrix.shape
     if fmt == "csr":
-        return CSRGraph(matrix.indptr, matrix.indices, num_src, check=check), None
+        return CSRGraph(matrix.indptr, matrix.indices, num_src, check=check, copy=copy), None
     xp = np if is_scipy else backend.cupy
     if fmt == "coo":
         dst, src = matrix.row, matrix.col

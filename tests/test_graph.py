@@ -54,11 +54,12 @@ def test_check_none_trusts_the_caller(xp):
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
-def test_right_arrays_are_not_copied(xp, dtype):
+def test_right_arrays_are_not_copied_with_copy_false(xp, dtype):
+    """copy=False keeps the caller's int32/int64 arrays (by default the graph copies them: issue 13)."""
     graph = named_graph("odd_sizes")
     indptr = to_xp(xp, graph.indptr.astype(dtype))
     indices = to_xp(xp, graph.indices.astype(dtype))
-    g = CSRGraph(indptr, indices, graph.num_src)
+    g = CSRGraph(indptr, indices, graph.num_src, copy=False)
     assert np.dtype(g.index_dtype) == np.dtype(dtype)
     assert same_buffer(g.indptr, indptr) and same_buffer(g.indices, indices)
 

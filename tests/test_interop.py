@@ -34,7 +34,7 @@ class CudaInterfaceOnly:
 
 def test_dlpack_inputs_are_not_copied():
     scores = np.random.default_rng(0).standard_normal(5)
-    graph = ca.CSRGraph(DLPackOnly(INDPTR), DLPackOnly(INDICES), 3)
+    graph = ca.CSRGraph(DLPackOnly(INDPTR), DLPackOnly(INDICES), 3, copy=False)  # the graph copies by default
     assert np.shares_memory(graph.indices, INDICES)
     got = ca.edge_softmax(graph, DLPackOnly(scores))
     np.testing.assert_array_equal(got, ca.edge_softmax((INDPTR, INDICES, 3), scores))
@@ -56,7 +56,7 @@ def test_cuda_array_interface_inputs_are_not_copied():
     cupy = require_cupy()
     indices = cupy.asarray(INDICES)
     scores = cupy.asarray(np.random.default_rng(1).standard_normal((5, 2)))
-    graph = ca.CSRGraph(CudaInterfaceOnly(cupy.asarray(INDPTR)), CudaInterfaceOnly(indices), 3)
+    graph = ca.CSRGraph(CudaInterfaceOnly(cupy.asarray(INDPTR)), CudaInterfaceOnly(indices), 3, copy=False)
     assert graph.device == "gpu" and graph.indices.data.ptr == indices.data.ptr
     got = ca.edge_softmax(graph, CudaInterfaceOnly(scores))
     assert isinstance(got, cupy.ndarray)

@@ -445,13 +445,14 @@ def test_sparse_graph_edge_arrays_follow_stored_order(xp, fmt):
     check_result(xp, grad_scores, _to_data_order(expected, perm), np.float64)
 
 
-def test_sparse_spmm_ignores_data_when_weights_none(xp):
-    """weights=None means weights of one, also when the graph is a matrix with data."""
-    A = _build_sparse(xp, "csc", "matrix")
-    graph, _ = _reference_graph(A)
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_sparse_spmm_uses_data_when_weights_none(xp, fmt):
+    """weights=None with a matrix as the graph means its data (spmm(A, None, X) == A @ X; issue 13)."""
+    A = _build_sparse(xp, fmt, "matrix")
+    graph, perm = _reference_graph(A)
     values = np.random.default_rng(17).standard_normal((A.shape[1], 3))
     out = ca.spmm(A, None, to_xp(xp, values))
-    check_result(xp, out, ref.spmm(graph.indptr, graph.indices, None, values), np.float64)
+    check_result(xp, out, ref.spmm(graph.indptr, graph.indices, to_np(A.data)[perm], values), np.float64)
 
 
 # ------------------------------------------------------------------ devices

@@ -32,14 +32,17 @@ def _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_ls
     return out_c, lse_c, ((out_result, lse_result) if return_lse else out_result)
 
 
-def _check_saved(g, heads, features, out, grad_out, lse):
-    """Checks of the forward's out, the incoming grad_out and the forward's lse."""
+def _check_saved(g, heads, features, out, grad_out, lse, values_name):
+    """Checks of the forward's out, the incoming grad_out and the forward's lse.
+
+    values_name: the op's name for the array whose feature width out must have (v or values).
+    """
     out = _validate.float_array("out", out)
     grad_out = _validate.float_array("grad_out", grad_out)
     lse = _validate.float_array("lse", lse)
     for name, array in (("out", out), ("grad_out", grad_out)):
         _validate.node_array(name, array, g.num_dst, "destination", heads=heads)
-        _validate.same_features(name, array, features, "values")
+        _validate.same_features(name, array, features, values_name)
     _validate.node_array("lse", lse, g.num_dst, "destination", heads=heads, feature_axis=False)
     return out, grad_out, lse
 
@@ -227,7 +230,7 @@ def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None):
     """
     g, order = _validate.resolve_graph(graph)
     q, k, v, heads, features, scale = _check_qkv(g, q, k, v, scale)
-    out, grad_out, lse = _check_saved(g, heads, features, out, grad_out, lse)
+    out, grad_out, lse = _check_saved(g, heads, features, out, grad_out, lse, "v")
     dtype, lse_dtype = _validate.result_dtypes(q, k, v, out, grad_out)
     place = Placement(g, order, [q, k, v, out, grad_out, lse])
     q_c, k_c, v_c, out_c, grad_out_c = (place.node_input(x, dtype, heads) for x in (q, k, v, out, grad_out))
@@ -323,7 +326,7 @@ def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, n
     """
     g, order = _validate.resolve_graph(graph)
     a_dst, a_src, values, heads, features, negative_slope = _check_gat(g, a_dst, a_src, values, negative_slope)
-    out, grad_out, lse = _check_saved(g, heads, features, out, grad_out, lse)
+    out, grad_out, lse = _check_saved(g, heads, features, out, grad_out, lse, "values")
     dtype, lse_dtype = _validate.result_dtypes(a_dst, a_src, values, out, grad_out)
     place = Placement(g, order, [a_dst, a_src, values, out, grad_out, lse])
     a_dst_c = place.node_input(a_dst, dtype, heads, per_node_scalar=True)

@@ -24,7 +24,8 @@ def edge_softmax(graph, scores=None, *, out=None):
     scores : (E,) or (E, H) float array, optional
         Edge scores in the graph's edge order (a sparse matrix's stored order). May be
         omitted when ``graph`` is a sparse matrix: its data are the scores, and the result is
-        a sparse matrix of the same class and structure.
+        a sparse matrix of the same class and structure (with structure arrays of its own:
+        changing the result never changes ``graph``).
     out : (E,) or (E, H) array, optional
         Written with the result and returned.
 
@@ -35,11 +36,11 @@ def edge_softmax(graph, scores=None, *, out=None):
         head NaN.
     """
     matrix = None
+    if scores is None and not (scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph)):
+        raise TypeError("scores is required unless graph is a sparse matrix whose data are the scores")
+    g, order = _validate.resolve_graph(graph)  # first: it names graph for an unsupported format
     if scores is None:
-        if not (scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph)):
-            raise TypeError("scores is required unless graph is a sparse matrix whose data are the scores")
         matrix, scores = graph, graph.data
-    g, order = _validate.resolve_graph(graph)
     scores = _validate.float_array("scores", scores)
     _validate.edge_array("scores", scores, g)
     dtype, _ = _validate.result_dtypes(scores)
@@ -50,9 +51,10 @@ def edge_softmax(graph, scores=None, *, out=None):
     place.finish()
     if matrix is None:
         return result
+    # The result owns its structure: an in-place method on it (sort_indices, ...) must not reach graph.
     if matrix.format == "coo":
-        return type(matrix)((result, (matrix.row, matrix.col)), shape=matrix.shape)
-    return type(matrix)((result, matrix.indices, matrix.indptr), shape=matrix.shape)
+        return type(matrix)((result, (matrix.row.copy(), matrix.col.copy())), shape=matrix.shape)
+    return type(matrix)((result, matrix.indices.copy(), matrix.indptr.copy()), shape=matrix.shape)
 
 
 @register(

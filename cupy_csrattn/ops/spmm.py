@@ -1,6 +1,8 @@
 """spmm and spmm_backward: edge-weighted neighbour sums."""
 
-from cupy_csrattn import _validate
+import scipy.sparse
+
+from cupy_csrattn import _validate, backend
 from cupy_csrattn.cpu import spmm as cpu_spmm
 from cupy_csrattn.gpu import spmm as gpu_spmm
 from cupy_csrattn.ops import traffic
@@ -8,15 +10,39 @@ from cupy_csrattn.ops.placement import Placement
 from cupy_csrattn.ops.registry import register
 
 
-def _check(g, weights, values):
+def _matrix_weights(graph, values):
+    """With weights=None: the sparse matrix's data as (E,) weights, else None (all ones).
+
+    Integer or bool data (an adjacency matrix) take the dtype of values, as ``A @ X`` promotes
+    them; floating-point data take part in the result dtype like any weights.
+    """
+    if not (scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph)):
+        return None
+    data = backend.as_array("graph.data", graph.data)
+    if data.dtype.kind in "biu" and values.dtype in _validate.FLOAT_DTYPES:
+        return data.astype(values.dtype)
+    return _validate.float_array("graph.data", data)
+
+
+def _check(graph, g, weights, values):
+    """(weights, values, heads, features, merge_heads); merge_heads: a matrix's (E,) data
+    weight every head alike, so (N, H, F) values are computed as (N, H * F)."""
     values = _validate.float_array("values", values)
     if weights is None:
         heads, features = _validate.node_array("values", values, g.num_src, "source")
-        return None, values, heads, features
+        weights = _matrix_weights(graph, values)
+        return weights, values, heads, features, weights is not None and heads is not None
     weights = _validate.float_array("weights", weights)
     heads = _validate.edge_array("weights", weights, g)
     _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads)
-    return weights, values, heads, features
+    return weights, values, heads, features, False
+
+
+def _node_input(place, x, dtype, heads, merge_heads):
+    """A node array in canonical layout: (N, 1, H * F) when merge_heads, else (N, H, F)."""
+    if merge_heads:
+        return place.node_input(x.reshape(x.shape[0], x.shape[1] * x.shape[2]), dtype, None)
+    return place.node_input(x, dtype, heads)
 
 
 @register(cpu=cpu_spmm.spmm, gpu=gpu_spmm.spmm, kernels=("aggregate",), bytes=traffic.aggregate)
@@ -29,7 +55,10 @@ def spmm(graph, weights, values, *, out=None):
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
     weights : (E,) or (E, H) float array, or None
-        None means every weight is 1 (then values may be (num_src, F) or (num_src, H, F)).
+        None: the weights are ``graph.data`` when graph is a scipy/cupyx sparse matrix (so
+        ``spmm(A, None, X)`` equals ``A @ X``; integer or bool data take the dtype of values),
+        and 1 for a CSRGraph or (indptr, indices[, num_src]). Then values may be
+        (num_src, F) or (num_src, H, F), every head weighted alike.
     values : (num_src, F) or (num_src, H, F) float array
         (num_src, F) with (E,) weights; (num_src, H, F) with (E, H) weights.
     out : (num_dst, F) or (num_dst, H, F) array, optional
@@ -39,12 +68,12 @@ def spmm(graph, weights, values, *, out=None):
     out : (num_dst, F) or (num_dst, H, F) array; rows with no edges are zero.
     """
     g, order = _validate.resolve_graph(graph)
-    weights, values, heads, features = _check(g, weights, values)
+    weights, values, heads, features, merge_heads = _check(graph, g, weights, values)
     floats = [values] if weights is None else [weights, values]
     dtype, _ = _validate.result_dtypes(*floats)
     place = Placement(g, order, floats)
     weights_c = None if weights is None else place.edge_input(weights, dtype)
-    values_c = place.node_input(values, dtype, heads)
+    values_c = _node_input(place, values, dtype, heads, merge_heads)
     shape = (g.num_dst,) + tuple(values.shape[1:])
     work, result = place.output("out", out, shape, dtype, (g.num_dst,) + values_c.shape[1:])
     place.run(spmm.op, weights_c, values_c, work)
@@ -67,17 +96,20 @@ def spmm_backward(graph, weights, values, grad_out):
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    weights : (E,) or (E, H) float array, or None (all ones)
+    weights : (E,) or (E, H) float array, or None
+        None as for spmm: a sparse matrix's data (grad_values then uses them), else all ones.
     values : (num_src, F) or (num_src, H, F) float array
     grad_out : (num_dst, F) or (num_dst, H, F) float array
 
     Returns
     -------
-    grad_weights : (E,) or (E, H) array, or None when weights is None
+    grad_weights : (E,) or (E, H) array, or None when weights is None (also for a sparse
+        matrix: its data are not a parameter of the call)
     grad_values : (num_src, F) or (num_src, H, F) array
     """
     g, order = _validate.resolve_graph(graph)
-    weights, values, heads, features = _check(g, weights, values)
+    with_grad_weights = weights is not None
+    weights, values, heads, features, merge_heads = _check(graph, g, weights, values)
     grad_out = _validate.float_array("grad_out", grad_out)
     _validate.node_array("grad_out", grad_out, g.num_dst, "destination", heads=heads)
     _validate.same_features("grad_out", grad_out, features, "values")
@@ -85,10 +117,10 @@ def spmm_backward(graph, weights, values, grad_out):
     dtype, _ = _validate.result_dtypes(*floats)
     place = Placement(g, order, floats)
     weights_c = None if weights is None else place.edge_input(weights, dtype)
-    values_c = place.node_input(values, dtype, heads)
-    grad_out_c = place.node_input(grad_out, dtype, heads)
+    values_c = _node_input(place, values, dtype, heads, merge_heads)
+    grad_out_c = _node_input(place, grad_out, dtype, heads, merge_heads)
     grad_weights_c = grad_weights = None
-    if weights is not None:
+    if with_grad_weights:
         grad_weights_c, grad_weights = place.output(
             "grad_weights", None, weights.shape, dtype, weights_c.shape, edge=True
         )
