@@ -1,7 +1,7 @@
 """Every kernel specialization compiles through NVRTC for sm_80 and sm_90, without a GPU, and
 the compiler checks every entry point against its declaration in gpu/signatures.py.
 
-Needs CuPy's NVRTC bindings (the `test` extra installs cupy with its `ctk` extra). Outside
+Needs CuPy's NVRTC bindings (the `nvrtc` extra installs cupy with its `ctk` extra). Outside
 CI a machine without CuPy skips with the reason; in CI (CI=true) a missing NVRTC fails.
 """
 

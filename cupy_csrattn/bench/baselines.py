@@ -129,12 +129,37 @@ def numpy_scipy_aggregate(graph, rows, scores, values):
     return scipy_spmm(graph, numpy_softmax(graph, rows, scores), values)
 
 
+def scipy_edge_dot_backward(graph, dst_feat, src_feat, grad_scores, scale=1.0):
+    """sddmm_backward (op="dot") as two scipy.sparse products per head: the graph's matrix
+    holding scale * grad_scores times src_feat, and its transpose times dst_feat."""
+    weights = grad_scores * grad_scores.dtype.type(scale)
+    grad_dst, grad_src = np.empty_like(dst_feat), np.empty_like(src_feat)
+    for h in range(weights.shape[1]):
+        matrix = scipy.sparse.csr_matrix((weights[:, h], graph.indices, graph.indptr), shape=graph.shape)
+        grad_dst[:, h] = matrix @ src_feat[:, h]
+        grad_src[:, h] = matrix.T @ dst_feat[:, h]
+    return grad_dst, grad_src
+
+
 # -- either device -------------------------------------------------------------------------
 
 
 def composed_edge_dot(graph, rows, dst_feat, src_feat, scale=1.0):
     """Gather both ends and reduce: (dst[row] * src[col]).sum(-1); features (N, H, D)."""
     return (dst_feat[rows] * src_feat[graph.indices]).sum(-1) * scale
+
+
+def cupy_edge_dot_backward(graph, rows, dst_feat, src_feat, grad_scores, scale=1.0):
+    """sddmm_backward (op="dot") as plain CuPy: gather the other end's features, multiply by
+    scale * grad_scores, scatter-add into both ends (materializes two (E, H, D) arrays)."""
+    import cupyx
+
+    cupy = backend.cupy
+    weights = (grad_scores * grad_scores.dtype.type(scale))[:, :, None]
+    grad_dst, grad_src = cupy.zeros_like(dst_feat), cupy.zeros_like(src_feat)
+    cupyx.scatter_add(grad_dst, rows, weights * src_feat[graph.indices])
+    cupyx.scatter_add(grad_src, graph.indices, weights * dst_feat[rows])
+    return grad_dst, grad_src
 
 
 def composed_aggregate(graph, rows, scores, values):

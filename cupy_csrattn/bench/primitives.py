@@ -1,10 +1,12 @@
-"""Timers of the primitive ops: edge_softmax, spmm, attention_aggregate (each with its
-backward) and sddmm.
+"""Timers of the primitive ops: edge_softmax, spmm, attention_aggregate and sddmm, each with
+its backward.
 
 A timer ``timer(bench, case, nbytes)`` makes the inputs of ``case`` on ``bench`` (a
 :class:`cupy_csrattn.bench.runner.GraphBench`), times the library's op, then, when
 ``case.baselines``, each baseline that applies on the bench's device.
 """
+
+import math
 
 import numpy as np
 
@@ -130,3 +132,22 @@ def sddmm(bench, case, nbytes):
     bench.baseline(
         case, bench.composed_name(), lambda qk: baselines.composed_edge_dot(graph, rows, qk[0], qk[1]), data, nbytes
     )
+
+
+def sddmm_backward(bench, case, nbytes):
+    """op="dot" with scale 1/sqrt(F), against scipy products on the CPU (the graph's matrix and
+    its transpose, one per head) and a plain CuPy gather, multiply and scatter-add on the GPU."""
+    dtype, H, F = _shape(case)
+    graph, rows, scale = bench.graph, bench.rows, 1.0 / math.sqrt(F)
+    E, N, num_src = graph.num_edges, graph.num_dst, graph.num_src
+    data = [
+        (bench.rand((N, H, F), dtype), bench.rand((num_src, H, F), dtype), bench.rand((E, H), dtype))
+        for _ in range(bench.sets)
+    ]
+    bench.library(case, lambda x: ca.sddmm_backward(graph, *x, op="dot", scale=scale), data, nbytes)
+    if not case.baselines:
+        return
+    if bench.device.kind == "gpu":
+        bench.baseline(case, "cupy", lambda x: baselines.cupy_edge_dot_backward(graph, rows, *x, scale), data, nbytes)
+    else:
+        bench.baseline(case, "scipy", lambda x: baselines.scipy_edge_dot_backward(graph, *x, scale), data, nbytes)

@@ -2,12 +2,17 @@
 
 Forward: scores per edge, row softmax, weighted gather-sum. Backward recomputes the
 probabilities from lse; with dp[e] = <grad_out[dst], values[src]> and
-D[d] = sum_e p[e] dp[e] = <grad_out[d], out[d]>, the grad of the scores is p * (dp - D).
+D[d] = sum_e p[e] dp[e], the grad of the scores is p * (dp - D).
 
-The forward runs in the compute dtype of the inputs (backend.accumulation_dtype). dp, D
-and p * (dp - D) are computed in float64: dp - D cancels (exactly, for a row whose values
-are all equal), so float32 rounding of dp and D would dominate the result. The grads of the
-scores are rounded to the compute dtype once, before the products that scatter them.
+The CPU backward of the fused ops is the unfused chain's formulation: dp in the compute
+dtype of the inputs (backend.accumulation_dtype), then the softmax gradient
+(segment_softmax.softmax_grad), which forms D as a row sum of p * dp and p * (dp - D) in
+float64, where the subtraction cancels. It does not use the forward's ``out`` (the GPU
+kernels take D = <grad_out[d], out[d]>, one dot product per row instead of one per edge).
+Measured on 100k rows and 1M edges, H=8, D=F=16, float32, this is faster than dp in
+float64 with D = <out, grad_out>: no float64 copies of the (edges, H, F) gathers and of
+(N, H, F) out and grad_out. The grads of the scores are rounded to the compute dtype once,
+before the products that scatter them.
 """
 
 import numpy as np
@@ -21,17 +26,9 @@ def _aggregate(graph, scores, values, out, lse):
     segment_sums.gather_sum(graph, probs, values, out)
 
 
-def _row_dot(out, grad_out):
-    """(N, H) float64 <out[d, h], grad_out[d, h]>."""
-    return edge_dots.feature_dot(np.asarray(out, dtype=np.float64), np.asarray(grad_out, dtype=np.float64))
-
-
-def _score_grads(graph, probs, grad_out, values, row_dot):
-    """float64 p * (dp - D) with dp = <grad_out[dst], values[src]>."""
-    grads = edge_dots.edge_dot(graph, grad_out, values, dtype=np.float64)
-    grads -= segment_sums.expand_rows(graph, row_dot)
-    grads *= probs
-    return grads
+def _score_grads(graph, probs, grad_out, values):
+    """float64 p * (dp - D) with dp = <grad_out[dst], values[src]> in the compute dtype."""
+    return segment_softmax.softmax_grad(graph, probs, edge_dots.edge_dot(graph, grad_out, values))
 
 
 def attention_aggregate(graph, scores, values, out, lse):
@@ -43,7 +40,7 @@ def attention_aggregate_backward(graph, scores, values, grad_out, lse, grad_scor
         probs = segment_softmax.softmax(graph, scores)
     else:
         probs = segment_softmax.probs_from_lse(graph, scores, lse)
-    grad_probs = edge_dots.edge_dot(graph, grad_out, values, dtype=np.float64)
+    grad_probs = edge_dots.edge_dot(graph, grad_out, values)
     segment_softmax.softmax_grad(graph, probs, grad_probs, out=grad_scores)
     segment_sums.gather_sum(graph, probs, grad_out, grad_values, transpose=True)
 
@@ -60,9 +57,9 @@ def graph_attention(graph, q, k, v, scale, out, lse):
 
 def graph_attention_backward(graph, q, k, v, out, grad_out, lse, scale, grad_q, grad_k, grad_v):
     probs = segment_softmax.probs_from_lse(graph, _dot_scores(graph, q, k, scale), lse)
-    grad_scores = _score_grads(graph, probs, grad_out, v, _row_dot(out, grad_out))
-    grad_scores *= scale
-    grad_scores = grad_scores.astype(probs.dtype)
+    # Scaled in float64 and rounded to the compute dtype in one pass.
+    grad_scores = np.empty_like(probs)
+    np.multiply(_score_grads(graph, probs, grad_out, v), scale, out=grad_scores, casting="same_kind")
     segment_sums.gather_sum(graph, grad_scores, k, grad_q)
     segment_sums.gather_sum(graph, grad_scores, q, grad_k, transpose=True)
     segment_sums.gather_sum(graph, probs, grad_out, grad_v, transpose=True)
@@ -76,7 +73,25 @@ def _gat_logits(graph, a_dst, a_src):
 
 
 def _leaky_relu(z, negative_slope):
-    return np.where(z > 0, z, negative_slope * z)
+    """z where z > 0, else negative_slope * z.
+
+    For 0 < negative_slope <= 1 that is max(z, negative_slope * z), the same values
+    (signed zeros, infinities and NaN included) in a tenth of np.where's time.
+    """
+    scaled = z * negative_slope
+    if 0 < negative_slope <= 1:
+        return np.maximum(scaled, z, out=scaled)
+    return np.where(z > 0, z, scaled)
+
+
+def _leaky_relu_grad_factor(z, negative_slope):
+    """float64 derivative of leaky_relu at z: 1 for z > 0, negative_slope otherwise (also
+    at exactly 0). Exactly negative_slope, and 1 to within an ulp; several times faster
+    than np.where."""
+    factor = (z > 0).astype(np.float64)
+    factor *= 1.0 - negative_slope
+    factor += negative_slope
+    return factor
 
 
 def gat_attention(graph, a_dst, a_src, values, negative_slope, out, lse):
@@ -89,9 +104,8 @@ def gat_attention_backward(
 ):
     logits = _gat_logits(graph, a_dst, a_src)
     probs = segment_softmax.probs_from_lse(graph, _leaky_relu(logits, negative_slope), lse)
-    grad_logits = _score_grads(graph, probs, grad_out, values, _row_dot(out, grad_out))
-    # leaky_relu' is 1 for z > 0 and negative_slope otherwise (also at exactly 0).
-    grad_logits *= np.where(logits > 0, 1.0, negative_slope)
+    grad_logits = _score_grads(graph, probs, grad_out, values)
+    grad_logits *= _leaky_relu_grad_factor(logits, negative_slope)
     # Sums of grad_logits cancel too (a row's sum is 0 without the slope): kept in float64.
     segment_sums.write(grad_a_dst, segment_sums.segment_sum(graph, grad_logits))
     segment_sums.write(grad_a_src, segment_sums.source_sum(graph, grad_logits))

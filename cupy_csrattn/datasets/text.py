@@ -190,6 +190,8 @@ class TextFile:
             markers = markers[:1]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "loadtxt: input contained no data", UserWarning)
+            # NumPy before 2.3 reads "1.5" as an integer 1 with only a DeprecationWarning.
+            warnings.simplefilter("error", DeprecationWarning)
             return np.loadtxt(
                 io.BytesIO(body),
                 dtype=dtype,
