@@ -9,13 +9,18 @@ CPU backend, CuPy on a GPU), so that one code path serves both:
 - the layers without attention: ``Linear`` and ``elu`` with their backward passes,
 - softmax cross-entropy, a hand-written ``Adam``, the features-only ``MLP`` baseline,
 - the training loop (``train``) and a finite-difference check of the manual backward
-  (``gradient_check``).
+  (``gradient_check``),
+- the command line: the shared options, each checked as it is parsed
+  (``add_training_arguments``), the data they ask for, checked before anything is trained
+  (``load_data``: a bad value is one error line naming the option, exit status 2), and the
+  main program (``run_training``).
 
 A model here is any object with a dict ``params`` of arrays, ``forward(x) -> logits``
 (which keeps what its backward needs) and ``backward(grad_logits) -> grads`` (a dict with
 the keys of ``params``).
 """
 
+import argparse
 import math
 import os
 import sys
@@ -68,10 +73,11 @@ class Data:
     labels, and a random train/test split of the nodes.
 
     The features are standardized (zero mean, unit variance per column), as one would
-    do for real data.
+    do for real data. ``added_loops`` is how many of the graph's self-loops were added to
+    give every node one (the others came with the graph).
     """
 
-    def __init__(self, name, graph, features, labels, train_idx, test_idx):
+    def __init__(self, name, graph, features, labels, train_idx, test_idx, added_loops=0):
         features = np.asarray(features, dtype=np.float64)
         features = (features - features.mean(axis=0)) / (features.std(axis=0) + 1e-12)
         self.name = name
@@ -81,6 +87,7 @@ class Data:
         self.train_idx = train_idx
         self.test_idx = test_idx
         self.num_classes = int(self.labels.max()) + 1
+        self.added_loops = int(added_loops)
 
     def describe(self):
         """Prints the sizes, the edge homophily and the share of the largest class."""
@@ -90,8 +97,9 @@ class Data:
         same_class = self.labels[dst[~loops]] == self.labels[src[~loops]]
         largest = np.bincount(self.labels).max() / len(self.labels)
         print(
-            f"data: {self.name}: {self.graph.num_dst} nodes, {int((~loops).sum())} edges "
-            f"+ {int(loops.sum())} self-loops, {self.features.shape[1]} features, "
+            f"data: {self.name}: {self.graph.num_dst} nodes, {self.graph.num_edges} edges: "
+            f"{int((~loops).sum())} between two nodes + {int(loops.sum())} self-loops "
+            f"({self.added_loops} added so that every node has at least one), {self.features.shape[1]} features, "
             f"{self.num_classes} classes (largest {100 * largest:.0f}% of the nodes), "
             f"edge homophily {same_class.mean():.2f}, "
             f"{len(self.train_idx)} train / {len(self.test_idx)} test nodes"
@@ -123,8 +131,8 @@ def graph_to_scipy(graph):
 
 def symmetric_with_self_loops(graph):
     """The graph with every edge also in the other direction (repeated pairs merged) and
-    one self-loop per node: messages then run both ways, and every node also attends to
-    itself, as in GAT."""
+    one self-loop per node (the file's own self-loops dropped first, so all of them are
+    added): messages then run both ways, and every node also attends to itself, as in GAT."""
     adjacency = graph_to_scipy(graph)
     adjacency = (adjacency + adjacency.T).tocsr()
     adjacency.setdiag(0)
@@ -165,13 +173,15 @@ def sbm_data(
         seed=seed,
     )
     train_idx, test_idx = split(num_nodes, train_fraction, np.random.default_rng(seed + 1))
+    looped = datasets.add_self_loops(graph)  # only rows without a self-loop get one
     return Data(
         f"contextual SBM (homophily {homophily}, feature noise {noise})",
-        datasets.add_self_loops(graph),
+        looped,
         features,
         labels,
         train_idx,
         test_idx,
+        added_loops=looped.num_edges - graph.num_edges,
     )
 
 
@@ -197,9 +207,22 @@ def voronoi_labels(adjacency, num_classes, rng, seeds_per_class=2):
 
 
 def mtx_data(path, num_classes=5, *, num_features=16, noise=3.0, train_fraction=0.2, seed=0):
-    """A real graph from an .mtx file, with synthetic graph-aligned classes and features."""
+    """A real graph from an .mtx file, with synthetic graph-aligned classes and features.
+
+    The matrix must be square (its rows and columns are the same nodes) with at least
+    ``num_classes`` nodes; else a ValueError whose message starts with ``path``, as those
+    of the loader do.
+    """
     rng = np.random.default_rng(seed)
-    graph = symmetric_with_self_loops(datasets.load_mtx(path))
+    graph = datasets.load_mtx(path)
+    rows, cols = graph.shape
+    if rows != cols:
+        raise ValueError(f"{path}: the matrix is {rows} x {cols}; node classification needs a square matrix")
+    if rows < num_classes:
+        raise ValueError(
+            f"{path}: the graph has {rows} nodes, fewer than the {num_classes} classes asked for (--classes)"
+        )
+    graph = symmetric_with_self_loops(graph)
     labels = voronoi_labels(graph_to_scipy(graph), num_classes, rng)
     features = class_features(labels, num_features, noise, rng)
     train_idx, test_idx = split(graph.num_dst, train_fraction, rng)
@@ -210,6 +233,7 @@ def mtx_data(path, num_classes=5, *, num_features=16, noise=3.0, train_fraction=
         labels,
         train_idx,
         test_idx,
+        added_loops=graph.num_dst,
     )
 
 
@@ -318,11 +342,12 @@ class Adam:
             param -= (lr_t * self.m[name] / (self.v[name] ** 0.5 + self.eps)).astype(param.dtype)
 
 
-def train(model, x, labels, train_idx, test_idx, *, epochs, lr=0.01, weight_decay=5e-4, log_every=1, name="model"):
+def train(model, x, labels, train_idx, test_idx, *, epochs, lr=0.01, weight_decay=5e-4, log_every=10, name="model"):
     """Full-batch training; returns a dict of per-epoch loss / train / test accuracy.
 
-    The accuracies printed for an epoch are those of the parameters that the epoch's
-    update starts from (the logits come from the same forward pass as the loss).
+    With ``log_every`` N > 0 prints the first epoch, every N-th and the last; 0 prints
+    nothing. The accuracies printed for an epoch are those of the parameters that the
+    epoch's update starts from (the logits come from the same forward pass as the loss).
     """
     xp = model.xp
     optimizer = Adam(model.params, lr=lr, weight_decay=weight_decay)
@@ -335,7 +360,7 @@ def train(model, x, labels, train_idx, test_idx, *, epochs, lr=0.01, weight_deca
         history["loss"].append(float(loss))
         history["train_acc"].append(accuracy(logits, labels, train_idx))
         history["test_acc"].append(accuracy(logits, labels, test_idx))
-        if log_every and (epoch % log_every == 0 or epoch == 1):
+        if log_every and (epoch % log_every == 0 or epoch in (1, epochs)):
             print(
                 f"{name} epoch {epoch:4d}  loss {history['loss'][-1]:.4f}  "
                 f"train acc {history['train_acc'][-1]:.3f}  test acc {history['test_acc'][-1]:.3f}"
@@ -357,11 +382,19 @@ def compare(name, history, baseline, data):
     for label, h in ((name, history), ("features-only MLP", baseline)):
         print(f"{label:24s} {h['final_train_acc']:9.3f} {h['final_test_acc']:9.3f} {h['seconds']:7.1f}s")
     print(f"{'most frequent class':24s} {'':9s} {majority:9.3f}")
-    gain = history["final_test_acc"] - baseline["final_test_acc"]
-    print(
-        f"{name} {'beats' if gain > 0 else 'does NOT beat'} the baseline by {100 * gain:+.1f} points of test accuracy"
-    )
+    print(verdict(name, history["final_test_acc"] - baseline["final_test_acc"]))
     return {"model": history, "baseline": baseline, "majority_test_acc": majority}
+
+
+def verdict(name, gain):
+    """The last line: how the model's test accuracy compares with the baseline's (``gain`` is
+    the difference, a fraction)."""
+    points = round(100 * gain, 1)
+    if points > 0:
+        return f"{name} beats the features-only baseline by {points:.1f} points of test accuracy"
+    if points < 0:
+        return f"{name} does NOT beat the features-only baseline: {-points:.1f} points of test accuracy below it"
+    return f"{name} ties with the features-only baseline (the same test accuracy to 0.1 points)"
 
 
 # ---------------------------------------------------------------------------------------
@@ -397,34 +430,107 @@ def gradient_check(model, x, labels, idx, *, checks_per_param=6, eps=1e-6, seed=
     return max(errors.values()), errors
 
 
+def argument_parser(doc):
+    """An argparse parser described by the first line of ``doc`` whose --help shows every
+    option's default."""
+    return argparse.ArgumentParser(
+        description=doc.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+
+
+def int_at_least(minimum):
+    """argparse type: an integer >= ``minimum`` (argparse names the option in the error)."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def real(minimum, *, strict=False):
+    """argparse type: a finite number >= ``minimum`` (> ``minimum`` when ``strict``)."""
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+            raise argparse.ArgumentTypeError(f"must be a finite number {'>' if strict else '>='} {minimum}, got {text}")
+        return value
+
+    return parse
+
+
 def add_training_arguments(parser):
-    """The command-line options both training examples share."""
-    parser.add_argument("--mtx", help="train on this Matrix Market graph instead of the SBM")
-    parser.add_argument("--nodes", type=int, default=3000, help="SBM nodes (default 3000)")
-    parser.add_argument("--classes", type=int, default=5)
-    parser.add_argument("--epochs", type=int, default=100)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--noise", type=float, default=3.0, help="feature noise (std) around the class means")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
-    parser.add_argument("--log-every", type=int, default=1, help="print every N epochs (0: only the summary)")
+    """The command-line options both training examples share (each with a help text, so that
+    ArgumentDefaultsHelpFormatter shows its default). Each is checked as it is parsed: a bad
+    value is a one-line argparse error naming the option (exit status 2), not a traceback;
+    :func:`load_data` checks what depends on several options or on the --mtx file."""
+    parser.add_argument("--mtx", help="train on this Matrix Market graph (a square matrix) instead of the SBM")
+    parser.add_argument("--nodes", type=int, default=3000, help="nodes of the SBM, at least --classes")
+    parser.add_argument("--classes", type=int_at_least(2), default=5, help="node classes")
+    parser.add_argument("--epochs", type=int_at_least(1), default=100, help="training epochs (full batch)")
+    parser.add_argument("--lr", type=real(0, strict=True), default=0.01, help="Adam's learning rate")
+    parser.add_argument("--heads", type=int_at_least(1), default=4, help="attention heads")
+    parser.add_argument("--noise", type=real(0), default=3.0, help="feature noise (std) around the class means")
+    parser.add_argument(
+        "--seed", type=int_at_least(0), default=0, help="seed of the data, the split and the initial weights"
+    )
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "gpu"), default="auto", help="auto: the GPU when one is usable"
+    )
+    parser.add_argument(
+        "--log-every",
+        type=int_at_least(0),
+        default=10,
+        help="print the first epoch, every N-th and the last (0: only the final comparison)",
+    )
     parser.add_argument("--no-check", action="store_true", help="skip the finite-difference gradient check")
 
 
-def run_training(args, name, check_gradients, build_model, baseline_hidden):
-    """The main program of a training example: pick the backend, check the gradients, load
-    the data, train the model and a features-only MLP the same way, and compare them.
+def load_data(parser, args):
+    """The Data of the parsed command line: the SBM, or the --mtx graph.
+
+    What argparse's types cannot check alone is a usage error (``parser.error``: one line
+    naming the option, exit status 2) before anything is trained: fewer --nodes than
+    --classes, an --mtx file that is missing, malformed, not square or smaller than --classes.
+    """
+    if not args.mtx:
+        if args.nodes < args.classes:
+            parser.error(
+                f"--nodes must be at least {args.classes} (one node per class, --classes {args.classes}), "
+                f"got {args.nodes}"
+            )
+        try:
+            return sbm_data(args.nodes, args.classes, noise=args.noise, seed=args.seed)
+        except (ValueError, MemoryError) as error:
+            parser.error(f"--nodes {args.nodes}: {backend.first_line(error)}")
+    try:
+        return mtx_data(args.mtx, args.classes, noise=args.noise, seed=args.seed)
+    except OSError as error:
+        parser.error(f"--mtx {args.mtx}: {error.strerror or backend.first_line(error)}")
+    except (ValueError, MemoryError) as error:
+        message = backend.first_line(error)
+        parser.error(f"--mtx {message}" if message.startswith(str(args.mtx)) else f"--mtx {args.mtx}: {message}")
+
+
+def run_training(args, data, name, check_gradients, build_model, baseline_hidden):
+    """The main program of a training example: pick the backend, check the gradients,
+    train the model and a features-only MLP the same way on ``data`` (from
+    :func:`load_data`), and compare them.
 
     build_model(graph, in_features, num_classes, xp) returns the model to train.
     """
     xp = select_backend(args.device)
     if not args.no_check:
         check_gradients()
-    if args.mtx:
-        data = mtx_data(args.mtx, args.classes, noise=args.noise, seed=args.seed)
-    else:
-        data = sbm_data(args.nodes, args.classes, noise=args.noise, seed=args.seed)
     data.describe()
     graph, x, labels, train_idx, test_idx = data.to(xp)
     in_features = x.shape[1]

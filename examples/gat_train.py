@@ -30,7 +30,6 @@ The code is written against an array module ``xp``: NumPy on the CPU backend, Cu
 GPU.
 """
 
-import argparse
 import os
 import sys
 
@@ -125,13 +124,15 @@ def check_gradients(seed=0, num_nodes=60, verbose=True):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = _common.argument_parser(__doc__)
     _common.add_training_arguments(parser)
-    parser.add_argument("--hidden", type=int, default=8, help="features per head in layer 1")
+    parser.add_argument("--hidden", type=_common.int_at_least(1), default=8, help="features per head in layer 1")
     args = parser.parse_args(argv)
+    data = _common.load_data(parser, args)
 
     return _common.run_training(
         args,
+        data,
         "GAT",
         lambda: check_gradients(args.seed),
         lambda graph, in_features, num_classes, xp: GAT(

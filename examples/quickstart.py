@@ -212,15 +212,36 @@ def timed(call, repeats, synchronize=None):
 # ---------------------------------------------------------------------------------------
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=50_000)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--features", type=int, default=32)
-    parser.add_argument("--head-dim", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=2, help="timed calls per op (best is shown)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+def int_at_least(minimum):
+    """argparse type: an integer >= ``minimum``; a smaller one is a one-line error naming the option."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--rows", type=int_at_least(3), default=50_000, help="rows (and columns) of the random graph, >= 3 (its hubs)"
+    )
+    parser.add_argument("--heads", type=int_at_least(1), default=4, help="attention heads H")
+    parser.add_argument("--features", type=int_at_least(1), default=32, help="feature width F per head")
+    parser.add_argument(
+        "--head-dim", type=int_at_least(1), default=16, help="query/key width D per head (graph_attention)"
+    )
+    parser.add_argument("--repeats", type=int_at_least(1), default=2, help="timed calls per op (best is shown)")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the graph and the data")
+    args = parser.parse_args(argv)
 
     rng = np.random.default_rng(args.seed)
     indptr, indices = random_graph(args.rows, rng)

@@ -28,7 +28,6 @@ The code is written against an array module ``xp``: NumPy on the CPU backend, Cu
 GPU.
 """
 
-import argparse
 import os
 import sys
 
@@ -140,15 +139,19 @@ def check_gradients(seed=0, num_nodes=60, residual=True, verbose=True):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = _common.argument_parser(__doc__)
     _common.add_training_arguments(parser)
-    parser.add_argument("--dim", type=int, default=32, help="model width D")
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--dim", type=_common.int_at_least(1), default=32, help="model width D, a multiple of --heads")
+    parser.add_argument("--layers", type=_common.int_at_least(1), default=2, help="transformer layers")
     parser.add_argument("--no-residual", action="store_true", help="drop the residual connections")
     args = parser.parse_args(argv)
+    if args.dim % args.heads:
+        parser.error(f"--dim {args.dim} must be a multiple of --heads {args.heads} (each head gets --dim / --heads)")
+    data = _common.load_data(parser, args)
 
     return _common.run_training(
         args,
+        data,
         "transformer",
         lambda: check_gradients(args.seed, residual=not args.no_residual),
         lambda graph, in_features, num_classes, xp: GraphTransformer(

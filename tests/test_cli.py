@@ -12,12 +12,14 @@ import sys
 
 import numpy as np
 import pytest
+import scipy
 
 import cupy_csrattn as ca
 from cupy_csrattn import backend, cli, datasets
 from cupy_csrattn import bench as bm
 from cupy_csrattn.bench import baselines
 from cupy_csrattn.cli import opcheck
+from cupy_csrattn.cpu import edge_dots
 from cupy_csrattn.gpu import kernels
 from cupy_csrattn.ops.registry import OPS
 
@@ -104,6 +106,26 @@ def test_usage_error_in_a_fresh_process():
     assert "--repeat" in one_line(result.stderr)
 
 
+@pytest.mark.parametrize("seed", ["-1", "-100"])
+def test_check_negative_seed_is_a_usage_error_before_anything_runs(capsys, monkeypatch, seed):
+    """Issue 13 item 8: --seed -1 was accepted and failed at run time (after the kernels were
+    compiled) with a ValueError from NumPy; it is now refused as it is parsed."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("check ran with a bad --seed")
+
+    from cupy_csrattn.cli import kernelcheck
+
+    monkeypatch.setattr(opcheck, "check_ops", must_not_run)
+    monkeypatch.setattr(kernelcheck, "compile_with_nvrtc", must_not_run)
+    monkeypatch.setattr(kernelcheck, "compile_on_device", must_not_run)
+    status, out, err = run_main(capsys, "check", "--quick", "--seed", seed)
+    assert status == 2, err
+    line = one_line(err)
+    assert line == f"csrattn check: error: argument --seed: '{seed}' must be at least 0 (see csrattn check --help)"
+    assert out == ""
+
+
 # ---------------------------------------------------------------------------------------
 # info
 
@@ -156,6 +178,8 @@ def test_check_quick_on_the_cpu_backend_in_a_fresh_process():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "CPU backend" in result.stdout
     assert "check passed" in result.stdout
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("check passed: ") and last.endswith("kernels not compiled (--no-compile)"), last
     for op in ("edge_softmax", "spmm_backward", "graph_attention_backward", "gat_attention_backward"):
         assert op in result.stdout
     assert result.stderr == ""  # no progress bar when stderr is not a terminal
@@ -185,14 +209,18 @@ def test_check_compiles_through_real_nvrtc_when_present(capsys):
     try:
         kernels.nvrtc_version()
     except Exception as error:
-        pytest.skip(f"NVRTC is not usable here: {type(error).__name__}")
+        pytest.skip(f"NVRTC is not usable here ({error}); the nvrtc extra installs it")
     status, out, _ = run_main(capsys, "check", "--quick", "--cpu")
     assert status == 0, out
     count = len(kernels.FAMILIES)
     assert f"{count} of {count} kernel specializations compile for sm_90" in out
+    assert out.strip().splitlines()[-1].startswith(f"check passed: {count} of {count} kernel specializations")
 
 
-def test_check_without_nvrtc_says_so(capsys, monkeypatch):
+def test_check_without_nvrtc_says_plainly_what_was_not_checked(capsys, monkeypatch):
+    """Without NVRTC the ops are checked and the kernels are not: the last line says so, and
+    never "check passed"; the exit status stays 0 (nothing that was checked failed)."""
+
     def missing():
         raise ImportError("No module named 'cupy_backends'")
 
@@ -200,7 +228,12 @@ def test_check_without_nvrtc_says_so(capsys, monkeypatch):
     status, out, _ = run_main(capsys, "check", "--quick", "--cpu")
     assert status == 0
     assert "kernel compilation not checked: NVRTC is not available" in out
-    assert "check passed" in out
+    assert "nvrtc extra" in out  # how to get it
+    assert "check passed" not in out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("ops checked, kernels NOT compiled: "), last
+    assert "op cases agree with the reference" in last
+    assert "NVRTC is not available (ImportError: No module named 'cupy_backends')" in last
 
 
 def fake_compile(fail_family=None, drop_entry=None):
@@ -392,6 +425,90 @@ def test_bench_device_gpu_without_gpu(capsys):
     assert "--device gpu" in one_line(err)
 
 
+def forbid_timing(monkeypatch):
+    """Make every step that times (or readies the kernels) fail the test when it runs."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("bench started timing before checking --out")
+
+    for name in ("CpuDevice", "GpuDevice", "run_cases", "load_pyg"):
+        monkeypatch.setattr(bm, name, must_not_run)
+    monkeypatch.setattr(ca, "warmup", must_not_run)
+
+
+def bad_out_dirs(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory\n")
+    cases = {
+        "a_file": (a_file, "exists and is not a directory"),
+        "under_a_file": (a_file / "sub", "cannot create the directory"),
+    }
+    if os.path.isdir("/proc/self"):  # Linux: /proc takes no new directories
+        cases["proc"] = (pathlib.Path("/proc/x"), "cannot create the directory")
+    return cases
+
+
+@pytest.mark.parametrize("case", ["a_file", "under_a_file", "proc"])
+def test_bench_out_that_cannot_be_made_fails_before_timing(capsys, monkeypatch, tmp_path, case):
+    """Issue 13 item 8: --out /proc/x failed only after the whole benchmark ran."""
+    cases = bad_out_dirs(tmp_path)
+    if case not in cases:
+        pytest.skip("no /proc here")
+    out_dir, reason = cases[case]
+    forbid_timing(monkeypatch)
+    status, out, err = run_main(capsys, "bench", "--graph", "uniform:50,2", "--device", "cpu", "--out", str(out_dir))
+    assert status == 2, err
+    assert one_line(err).startswith(f"csrattn bench: error: --out {out_dir}: {reason}")
+    assert out == ""
+
+
+def test_bench_out_that_cannot_be_written_fails_before_timing(capsys, monkeypatch, tmp_path):
+    """A directory that can be made but not written (read-only, full, ...): the same usage
+    error, and the directory it made is removed again."""
+    import tempfile
+
+    def not_writable(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    forbid_timing(monkeypatch)
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", not_writable)
+    out_dir = tmp_path / "results"
+    status, _, err = run_main(capsys, "bench", "--graph", "uniform:50,2", "--device", "cpu", "--out", str(out_dir))
+    assert status == 2
+    assert one_line(err) == f"csrattn bench: error: --out {out_dir}: cannot write a file there (Permission denied)"
+    assert not out_dir.exists()
+
+
+def test_bench_out_is_created_before_timing_and_left_with_the_results_only(capsys, tmp_path):
+    out_dir = tmp_path / "new" / "results"
+    status, _, err = run_main(
+        capsys,
+        "bench",
+        "--graph",
+        "uniform:50,2",
+        "--ops",
+        "edge_softmax",
+        "--repeat",
+        "1",
+        "--heads",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out_dir),
+        "--no-plot",
+    )
+    assert status == 0, err
+    assert [path.name for path in out_dir.iterdir()] == [f"bench_cpu_{bm.file_stem(bm.CpuDevice(1).name)}.json"]
+
+
+def test_bench_bad_graph_is_reported_before_out_is_made(capsys, tmp_path):
+    out_dir = tmp_path / "results"
+    status, _, err = run_main(capsys, "bench", "--graph", "rmat:x", "--out", str(out_dir))
+    assert status == 2 and "--graph" in one_line(err)
+    assert not out_dir.exists()
+
+
 # ---------------------------------------------------------------------------------------
 # Progress bar
 
@@ -484,6 +601,45 @@ def test_cpu_baselines_compute_the_same_thing():
     assert np.allclose(
         baselines.composed_edge_dot(graph, rows, values, values, 0.5), ca.sddmm(graph, values, values, scale=0.5)
     )
+    dst = rng.standard_normal((50, 3, 4))
+    for got, want in zip(
+        baselines.scipy_edge_dot_backward(graph, dst, values, grads, 0.5),
+        ca.sddmm_backward(graph, dst, values, grads, scale=0.5),
+    ):
+        assert np.allclose(got, want)
+
+
+def test_gpu_sddmm_backward_baseline_with_numpy_standing_in(monkeypatch):
+    """The CuPy composition (gather, multiply, scatter-add) computes sddmm_backward: run with
+    NumPy as CuPy and np.add.at as cupyx.scatter_add."""
+    graph = datasets.uniform_graph(40, 5, seed=1)
+    rng = np.random.default_rng(1)
+    dst, src = rng.standard_normal((40, 2, 3)), rng.standard_normal((40, 2, 3))
+    grads = rng.standard_normal((graph.num_edges, 2))
+    expected = ca.sddmm_backward(graph, dst, src, grads, scale=0.25)
+    fake_cupyx = type(sys)("cupyx")
+    fake_cupyx.scatter_add = np.add.at
+    monkeypatch.setitem(sys.modules, "cupyx", fake_cupyx)
+    monkeypatch.setattr(backend, "cupy", np)
+    got = baselines.cupy_edge_dot_backward(graph, graph.row_of_edge(), dst, src, grads, 0.25)
+    assert len(got) == 2
+    for g, want in zip(got, expected):
+        assert np.allclose(g, want)
+
+
+def test_bench_times_every_registered_op():
+    assert set(bm.BENCH_OPS) == set(OPS)
+    assert "sddmm_backward" in bm.BENCH_OPS
+
+
+def test_bench_sddmm_backward_on_the_cpu(capsys):
+    status, out, err = run_main(
+        capsys, "bench", "--graph", "uniform:200,4", "--ops", "sddmm_backward", "--repeat", "1", "--device", "cpu"
+    )
+    assert status == 0, err
+    rows = [line for line in out.splitlines() if "sddmm_backward" in line]
+    assert len(rows) == 1 and "csrattn" in rows[0]
+    assert any(line.split()[:1] == ["scipy"] for line in out.splitlines()), out
 
 
 def test_format_table_and_json(tmp_path):
@@ -529,3 +685,101 @@ def test_bench_gpu_script_keeps_its_cases_and_command_line():
     )
     assert result.returncode == 0
     assert "--quick" in result.stdout and "--only" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# The CPU backend's fused backward: the faster formulation
+
+
+@pytest.mark.parametrize("op", ["graph_attention", "gat_attention"])
+def test_cpu_fused_backward_takes_the_faster_chain_formulation(monkeypatch, op):
+    """The CPU backward of the fused ops uses the unfused chain's formulation, which measured
+    faster (100k rows, 1M edges, H=8, D=F=16; see cupy_csrattn/cpu/attention.py): per-edge
+    dot products in the compute dtype (float32 here, no float64 copies of the gathered
+    features), and the softmax gradient from row sums of p * dp, without reading ``out``."""
+    graph = datasets.uniform_graph(60, 4, seed=2)
+    rng = np.random.default_rng(2)
+    H, F = 2, 5
+    if op == "graph_attention":
+        inputs = [rng.standard_normal((60, H, F), dtype=np.float32) for _ in range(3)]
+    else:
+        inputs = [rng.standard_normal((60, H), dtype=np.float32) for _ in range(2)]
+        inputs.append(rng.standard_normal((60, H, F), dtype=np.float32))
+    grad_out = rng.standard_normal((60, H, F), dtype=np.float32)
+    out, lse = OPS[op].function(graph, *inputs, return_lse=True)
+    dtypes = []
+    real_edge_dot = edge_dots.edge_dot
+
+    def recording_edge_dot(graph, dst_feat, src_feat, dtype=None):
+        dtypes.append("compute dtype" if dtype is None else np.dtype(dtype).name)
+        return real_edge_dot(graph, dst_feat, src_feat, dtype=dtype)
+
+    monkeypatch.setattr(edge_dots, "edge_dot", recording_edge_dot)
+    backward = OPS[op + "_backward"].function
+    grads = backward(graph, *inputs, out, grad_out, lse)
+    assert dtypes and "float64" not in dtypes, dtypes
+    for got, want in zip(backward(graph, *inputs, np.full_like(out, np.nan), grad_out, lse), grads):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("slope", [0.2, 1.0, 0.0, -0.5, 3.0])
+def test_cpu_gat_leaky_relu_special_values(slope):
+    """The CPU gat_attention's leaky ReLU (max(z, slope * z) for 0 < slope <= 1) equals
+    where(z > 0, z, slope * z) on signed zeros, infinities and NaN too: one edge per row,
+    so out = 1 * values where the score is finite, NaN where it is +inf or NaN."""
+    a_dst = np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 1e-30])
+    graph = ca.CSRGraph(np.arange(9), np.zeros(8, dtype=np.int64), 1)
+    values = np.array([[2.0]])
+    with np.errstate(invalid="ignore"):  # slope 0 times an infinity
+        out, lse = ca.gat_attention(graph, a_dst, np.zeros(1), values, negative_slope=slope, return_lse=True)
+        scores = np.where(a_dst > 0, a_dst, slope * a_dst)
+    np.testing.assert_array_equal(lse, np.where(np.isposinf(scores), np.nan, scores))  # a +inf score: NaN
+    expected = np.where(np.isfinite(scores), 2.0, np.where(np.isneginf(scores), 0.0, np.nan))
+    np.testing.assert_array_equal(out[:, 0], expected)
+
+
+# ---------------------------------------------------------------------------------------
+# Packaging: minimum versions, extras, the README's test command and CI
+
+
+def pyproject():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_minimum_versions_are_declared_and_met():
+    """numpy and scipy carry the minimum versions the package and the README need (SciPy 1.15:
+    random_array(..., rng=0) in the quick start), and this environment meets them."""
+    requirements = dict(r.split(">=") for r in pyproject()["dependencies"])
+    assert set(requirements) == {"numpy", "scipy"}
+    for name, module in (("numpy", np), ("scipy", scipy)):
+        minimum = tuple(int(part) for part in requirements[name].split("."))
+        installed = tuple(int(part) for part in module.__version__.split(".")[: len(minimum)])
+        assert installed >= minimum, f"{name} {module.__version__} < {requirements[name]}"
+    assert requirements["scipy"] == "1.15"
+    assert "rng=0" in (ROOT / "README.md").read_text()  # the call that needs it
+
+
+def test_test_extra_holds_no_cupy_and_nvrtc_has_its_own_extra():
+    """``pip install ".[cuda12,test]"`` must not bring a second CuPy: the test extra has none,
+    the NVRTC compile checks' CuPy is the nvrtc extra."""
+    extras = pyproject()["optional-dependencies"]
+    assert not [r for r in extras["test"] if "cupy" in r.lower()], extras["test"]
+    assert extras["nvrtc"] == ["cupy-cuda13x[ctk]>=14"]
+    assert all(len([r for r in reqs if "cupy" in r.lower()]) <= 1 for reqs in extras.values())
+
+
+def readme_test_command():
+    text = (ROOT / "README.md").read_text()
+    setup = text.split("## Set-up on a fresh machine", 1)[1].split("\n## ", 1)[0]
+    lines = setup.split("Install and run the tests:", 1)[1].strip().splitlines()
+    return lines[0].strip()
+
+
+def test_readme_test_command_is_one_command_that_ci_runs():
+    command = readme_test_command()
+    assert command == 'python3 -m pip install ".[test,nvrtc]" && python3 -m pytest -q'
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    install, run = (part.strip() for part in command.split("&&"))
+    assert install in ci and run in ci
+    assert ci.index(install) < ci.index("ruff check .") < ci.index("ruff format --check .") < ci.index(run)

@@ -1,8 +1,10 @@
 """``csrattn bench``: time the ops against baselines and the memory roofline (cupy_csrattn.bench)."""
 
 import argparse
+import contextlib
 import os
 import platform
+import tempfile
 import time
 
 import numpy as np
@@ -73,7 +75,10 @@ def add_parser(commands):
         help="where to run (default: the GPU when one is usable)",
     )
     bench.add_argument(
-        "--out", metavar="DIR", help="write the results here: bench_<device>_<name>.json and bench_<graph>.png"
+        "--out",
+        metavar="DIR",
+        help="write the results here: bench_<device>_<name>.json and bench_<graph>.png (the directory is "
+        "created, and checked to be writable, before anything is timed)",
     )
     bench.add_argument("--no-plot", action="store_true", help="write no PNG plots")
     bench.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -97,6 +102,32 @@ def parse_graphs(specs):
     return graphs
 
 
+def check_out_dir(path):
+    """Create the --out directory and write (then remove) a small file in it, before anything
+    is timed: a directory that cannot be made or written is a usage error naming --out, at
+    once instead of after the whole benchmark."""
+    existed = os.path.isdir(path)
+    if os.path.exists(path) and not existed:
+        raise UsageError(f"{PROG} bench: error: --out {path}: exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as error:
+        raise UsageError(
+            f"{PROG} bench: error: --out {path}: cannot create the directory ({error.strerror or error})"
+        ) from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".csrattn-bench-", suffix=".tmp") as probe:
+            probe.write(b"csrattn bench: can the results be written here?\n")
+            probe.flush()
+    except OSError as error:
+        if not existed:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        raise UsageError(
+            f"{PROG} bench: error: --out {path}: cannot write a file there ({error.strerror or error})"
+        ) from None
+
+
 def cmd_bench(args):
     usable, reason = backend.gpu_status()
     if args.device == "gpu" and not usable:
@@ -107,6 +138,8 @@ def cmd_bench(args):
     ops = args.ops or list(bm.BENCH_OPS)
     cases = bm.make_cases(ops, args.dtype, args.heads, args.features)
     repeat = args.repeat or (20 if on_gpu else 5)
+    if args.out:
+        check_out_dir(args.out)  # before anything is timed
     if on_gpu:
         device = bm.GpuDevice(repeat)
         print(f"GPU {device.name}: timing the ops against CuPy compositions, cuSPARSE and PyG (when installed)")

@@ -4,7 +4,7 @@ import argparse
 
 from cupy_csrattn import backend
 from cupy_csrattn.cli import kernelcheck, opcheck
-from cupy_csrattn.cli.common import progress_wanted
+from cupy_csrattn.cli.common import nonnegative_int, progress_wanted
 
 
 def add_parser(commands):
@@ -15,9 +15,10 @@ def add_parser(commands):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="With a GPU: compile every kernel specialization, then run each op on random graphs\n"
         "(with empty rows and a hub row) on the GPU and compare with the CPU backend.\n"
-        "Without one: compile every kernel through NVRTC for --arch (skipped, with a message,\n"
-        "when NVRTC is missing), then compare the CPU backend with a naive float64 reference.\n"
-        "Exits with status 1 on any compile failure or mismatch.",
+        "Without one: compile every kernel through NVRTC for --arch, then compare the CPU backend\n"
+        "with a naive float64 reference. Without NVRTC the kernels are not compiled: the last line\n"
+        "then says 'ops checked, kernels NOT compiled' and why, instead of 'check passed'.\n"
+        "Exits with status 1 on any compile failure or mismatch, else 0.",
     )
     check.add_argument(
         "--quick",
@@ -30,7 +31,9 @@ def add_parser(commands):
     check.add_argument(
         "--arch", default="sm_90", help="architecture for the NVRTC compile without a GPU (default: %(default)s)"
     )
-    check.add_argument("--seed", type=int, default=0, help="seed of the random graphs and data (default: 0)")
+    check.add_argument(
+        "--seed", type=nonnegative_int, default=0, help="seed of the random graphs and data, >= 0 (default: 0)"
+    )
     check.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     check.set_defaults(func=cmd_check)
     return check
@@ -42,6 +45,7 @@ def cmd_check(args):
     if args.cpu:
         usable, reason = False, "--cpu given"
     failures = []
+    compile_check = kernelcheck.CompileCheck([], None, "--no-compile")
     if usable:
         cupy = backend.cupy
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
@@ -52,7 +56,7 @@ def cmd_check(args):
         if args.no_compile:
             print("kernel compilation not checked (--no-compile); kernels compile on first use")
         else:
-            failures += kernelcheck.compile_on_device(args.quick, progress_enabled)
+            compile_check = kernelcheck.compile_on_device(args.quick, progress_enabled)
     else:
         print(
             f"No usable GPU ({reason}): the CPU backend is used. Checking that the kernels compile "
@@ -61,7 +65,8 @@ def cmd_check(args):
         if args.no_compile:
             print("kernel compilation not checked (--no-compile)")
         else:
-            failures += kernelcheck.compile_with_nvrtc(args.arch, args.quick, progress_enabled)
+            compile_check = kernelcheck.compile_with_nvrtc(args.arch, args.quick, progress_enabled)
+    failures += compile_check.failures
     summary, op_failures = opcheck.check_ops(backend.cupy if usable else None, args.quick, args.seed, progress_enabled)
     failures += op_failures
     print_summary(summary)
@@ -70,9 +75,23 @@ def cmd_check(args):
         for line in failures:
             print(f"  {line}")
         return 1
-    total = sum(counts["cases"] for counts in summary.values())
-    print(f"\ncheck passed: {total} op cases agree with {'the CPU backend' if usable else 'the reference'}")
+    print("\n" + final_line(summary, usable, compile_check))
     return 0
+
+
+def final_line(summary, on_gpu, compile_check):
+    """The last line of a check without failures: what was checked, and what was not.
+
+    "check passed" only when the kernels were compiled or --no-compile said not to; without
+    NVRTC it says "ops checked, kernels NOT compiled" and why (the exit status stays 0).
+    """
+    total = sum(counts["cases"] for counts in summary.values())
+    ops = f"{total} op cases agree with {'the CPU backend' if on_gpu else 'the reference'}"
+    if compile_check.skipped is None:
+        return f"check passed: {compile_check.compiled}; {ops}"
+    if compile_check.skipped == "--no-compile":
+        return f"check passed: {ops}; kernels not compiled (--no-compile)"
+    return f"ops checked, kernels NOT compiled: {ops}; {compile_check.skipped}"
 
 
 def print_summary(summary):

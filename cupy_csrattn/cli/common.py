@@ -16,15 +16,24 @@ class CommandError(Exception):
     """A failure while running a command: exit status 1."""
 
 
-def positive_int(text):
-    """argparse type: an integer of at least 1."""
+def _int_at_least(text, minimum):
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least {minimum}")
     return value
+
+
+def positive_int(text):
+    """argparse type: an integer of at least 1."""
+    return _int_at_least(text, 1)
+
+
+def nonnegative_int(text):
+    """argparse type: an integer of at least 0 (a seed, say)."""
+    return _int_at_least(text, 0)
 
 
 def progress_wanted(args):

@@ -3,9 +3,13 @@
 With a GPU each specialization is compiled (or loaded from CuPy's disk cache) on the
 device, every entry point loaded; without one NVRTC compiles each for an architecture
 given on the command line and the binary must hold every declared entry point.
+
+Each step returns a :class:`CompileCheck`: the failure lines, what was compiled (for the
+final line of ``csrattn check``), or why nothing was.
 """
 
 import time
+from collections import namedtuple
 
 import numpy as np
 
@@ -13,7 +17,15 @@ from cupy_csrattn import backend
 from cupy_csrattn.cli.common import Progress
 from cupy_csrattn.gpu import kernels
 
-NVRTC_HINT = "install CuPy with its ctk extra, e.g. pip install 'cupy-cuda13x[ctk]'"
+NVRTC_HINT = (
+    "to compile them, install NVRTC through CuPy's ctk extra: pip install 'cupy-cuda13x[ctk]' "
+    "(the package's nvrtc extra), or 'cupy-cuda12x[ctk]' next to CuPy for CUDA 12"
+)
+
+#: The outcome of the compile step: ``failures`` (lines), ``compiled`` (what compiled, in
+#: words, e.g. "12 of 12 kernel specializations compile for sm_90"; None when skipped) and
+#: ``skipped`` (why nothing was compiled; None when it was).
+CompileCheck = namedtuple("CompileCheck", ["failures", "compiled", "skipped"])
 
 
 def specializations(quick):
@@ -27,7 +39,7 @@ def specializations(quick):
 def compile_on_device(quick, progress_enabled):
     """Compile (or load from the disk cache) the kernel specializations on the current GPU.
 
-    Returns the failure lines.
+    Returns a CompileCheck.
     """
     specs = specializations(quick)
     failures = []
@@ -41,28 +53,25 @@ def compile_on_device(quick, progress_enabled):
                 failures.append(f"{label}: {backend.first_line(error)}")
                 progress.write(f"FAILED to compile {failures[-1]}")
             progress.advance(note=label)
-    print(
-        f"compiled {len(specs) - len(failures)} of {len(specs)} kernel specializations "
-        f"in {time.perf_counter() - started:.1f} s"
-    )
-    return failures
+    compiled = f"{len(specs) - len(failures)} of {len(specs)} kernel specializations compile on this GPU"
+    print(f"{compiled} ({time.perf_counter() - started:.1f} s)")
+    return CompileCheck(failures, compiled, None)
 
 
 def compile_with_nvrtc(arch, quick, progress_enabled):
     """Compile the specializations through NVRTC for ``arch`` without a GPU.
 
-    Returns the failure lines; none (with a message) when NVRTC is missing.
+    Returns a CompileCheck; when NVRTC is missing, no failure and the reason in ``skipped``
+    (printed with a hint).
     """
     try:
         version = ".".join(str(v) for v in kernels.nvrtc_version())
     except Exception as error:
-        print(
-            f"kernel compilation not checked: NVRTC is not available ({type(error).__name__}: "
-            f"{backend.first_line(error)}); {NVRTC_HINT}"
-        )
-        return []
+        skipped = f"NVRTC is not available ({type(error).__name__}: {backend.first_line(error)})"
+        print(f"kernel compilation not checked: {skipped}; {NVRTC_HINT}")
+        return CompileCheck([], None, skipped)
     if kernels.KERNEL_DIR is None:
-        return ["the CUDA kernel sources were not found; reinstall the package"]
+        return CompileCheck(["the CUDA kernel sources were not found; reinstall the package"], None, None)
     specs = specializations(quick)
     failures = []
     started = time.perf_counter()
@@ -81,8 +90,6 @@ def compile_with_nvrtc(arch, quick, progress_enabled):
                 failures.append(f"{label}: {problem}")
                 progress.write(f"FAILED {failures[-1]}")
             progress.advance(note=label)
-    print(
-        f"NVRTC {version}: {len(specs) - len(failures)} of {len(specs)} kernel specializations compile for "
-        f"{arch} ({time.perf_counter() - started:.1f} s)"
-    )
-    return failures
+    compiled = f"{len(specs) - len(failures)} of {len(specs)} kernel specializations compile for {arch}"
+    print(f"NVRTC {version}: {compiled} ({time.perf_counter() - started:.1f} s)")
+    return CompileCheck(failures, compiled, None)
