@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 import scipy.sparse
+from _common import int_at_least  # examples/_common.py, beside this script
 
 import cupy_csrattn as ca
 from cupy_csrattn.backend import cupy, gpu_available  # cupy: None without CuPy
@@ -210,21 +211,6 @@ def timed(call, repeats, synchronize=None):
 
 
 # ---------------------------------------------------------------------------------------
-
-
-def int_at_least(minimum):
-    """argparse type: an integer >= ``minimum``; a smaller one is a one-line error naming the option."""
-
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
 
 
 def main(argv=None):
