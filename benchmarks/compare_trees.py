@@ -3,7 +3,7 @@ graphs and inputs (this library's ops only, no baselines): is a change faster or
 
 Run on a machine with a GPU, from the repository root:
     git archive OLD_COMMIT | tar -x -C /tmp/old
-    python3 benchmarks/compare_trees.py /tmp/old . results.json
+    python3 benchmarks/compare_trees.py /tmp/old . results.json [GRAPH ...]
 Each case runs old, new, old, new (median of REPEAT event-timed, synchronized calls each);
 the two runs of the old tree give the run-to-run noise. The graphs come from the new tree's
 cupy_csrattn.datasets: a uniform graph of 1M rows and 16M edges, an R-MAT graph of scale
@@ -35,14 +35,20 @@ def load(tree):
     return cupy_csrattn
 
 
-def graphs(datasets):
-    """name -> (indptr, indices, num_src) as NumPy arrays."""
-    built = {
-        "uniform-1M": datasets.uniform_graph(1 << 20, 16, seed=1),
-        "rmat-20": datasets.rmat_graph(20, 16, seed=2),
-        "small-384": datasets.uniform_graph(384, 18, seed=1),
-        "dense-100k": datasets.uniform_graph(100_000, 500, seed=3),
-    }
+GRAPHS = {
+    "uniform-1M": lambda datasets: datasets.uniform_graph(1 << 20, 16, seed=1),
+    "rmat-20": lambda datasets: datasets.rmat_graph(20, 16, seed=2),
+    "small-384": lambda datasets: datasets.uniform_graph(384, 18, seed=1),
+    "dense-100k": lambda datasets: datasets.uniform_graph(100_000, 500, seed=3),
+}
+
+
+def graphs(datasets, names):
+    """name -> (indptr, indices, num_src) as NumPy arrays, for the graphs ``names`` of GRAPHS."""
+    unknown = sorted(set(names) - set(GRAPHS))
+    if unknown:
+        raise SystemExit(f"unknown graph(s) {unknown}; choose from {sorted(GRAPHS)}")
+    built = {name: GRAPHS[name](datasets) for name in names}
     return {name: (np.asarray(g.indptr), np.asarray(g.indices), g.num_src) for name, g in built.items()}
 
 
@@ -113,9 +119,9 @@ def _backward(saved, op, inputs, grad_out, *, package, graph):
     getattr(package, op + "_backward")(graph, *inputs, out, grad_out, lse)
 
 
-def main(old_tree, new_tree, out_path):
+def main(old_tree, new_tree, out_path, *names):
     new = load(new_tree)
-    arrays = graphs(new.datasets)
+    arrays = graphs(new.datasets, names or list(GRAPHS))
     packages = {"old": load(old_tree), "new": new}
     records = []
     for name, (indptr, indices, num_src) in arrays.items():
@@ -152,4 +158,4 @@ def main(old_tree, new_tree, out_path):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:])

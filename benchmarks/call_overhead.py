@@ -1,0 +1,110 @@
+"""Host cost of one op call on a small cached graph, beside a bare cupy.RawKernel launch.
+
+Run on a machine with a GPU, from the repository root:
+    PYTHONPATH=. python3 benchmarks/call_overhead.py [results.json] [--profile]
+For each case of compare_trees.cases on a 384-row graph whose plan exists: host time per
+call (CALLS calls issued back to back, one sync at the end), synced time per call (median of
+calls each followed by a sync), and the number of kernel launches a call makes. --profile
+prints where the host time of each case goes (cProfile, top functions by own time).
+"""
+
+import cProfile
+import json
+import pstats
+import statistics
+import sys
+import time
+from functools import partial
+
+import cupy
+import numpy as np
+from compare_trees import cases
+
+import cupy_csrattn
+import cupy_csrattn.datasets
+from cupy_csrattn.gpu import kernels
+
+CALLS, SYNCED = 2000, 200
+
+EMPTY = cupy.RawKernel('extern "C" __global__ void empty_kernel(float* x, int n) {}', "empty_kernel")
+
+
+def host_time(fn, calls=CALLS):
+    """Host seconds per call, calls issued back to back (the GPU runs behind)."""
+    fn()
+    cupy.cuda.Device().synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    cupy.cuda.Device().synchronize()
+    return elapsed / calls
+
+
+def synced_time(fn, calls=SYNCED):
+    """Median wall seconds of a call followed by a device sync."""
+    device = cupy.cuda.Device()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        device.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def launches_per_call(fn):
+    count = [0]
+    original = kernels.launch
+
+    def counting(*args, **kwargs):
+        count[0] += 1
+        return original(*args, **kwargs)
+
+    kernels.launch = counting
+    try:
+        for module in list(sys.modules.values()):
+            if getattr(module, "launch", None) is original and module.__name__.startswith("cupy_csrattn.gpu."):
+                module.launch = counting
+        fn()
+    finally:
+        for module in list(sys.modules.values()):
+            if getattr(module, "launch", None) is counting:
+                module.launch = original
+    return count[0]
+
+
+def main(out_path=None, profile=False):
+    g = cupy_csrattn.datasets.uniform_graph(384, 18, seed=1)
+    graph = cupy_csrattn.CSRGraph(cupy.asarray(g.indptr), cupy.asarray(g.indices), g.num_src)
+    x = cupy.zeros(16, cupy.float32)
+    bare = partial(EMPTY, (1,), (32,), (x, np.int32(16)))
+    bare_host, bare_synced = host_time(bare), synced_time(bare)
+    print(f"bare RawKernel launch: host {bare_host * 1e6:6.2f} us, synced {bare_synced * 1e6:6.2f} us")
+    records = dict(bare_host_us=bare_host * 1e6, bare_synced_us=bare_synced * 1e6, cases=[])
+    for name, fn in cases(np.random.default_rng(0), graph.num_edges, graph.num_dst, graph.num_src):
+        call = partial(fn, package=cupy_csrattn, graph=graph)
+        call()  # plan, transpose, compilation
+        host, synced, count = host_time(call), synced_time(call), launches_per_call(call)
+        records["cases"].append(dict(case=name, host_us=host * 1e6, synced_us=synced * 1e6, launches=count))
+        print(
+            f"{name:<42} host {host * 1e6:7.2f} us ({host / bare_host:5.1f}x bare)  synced {synced * 1e6:7.2f} us"
+            f"  launches {count}",
+            flush=True,
+        )
+        if profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(200):
+                call()
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+    records["gpu"] = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    if out_path:
+        with open(out_path, "w") as file:
+            json.dump(records, file, indent=1)
+
+
+if __name__ == "__main__":
+    arguments = [a for a in sys.argv[1:] if a != "--profile"]
+    main(*arguments[:1], profile="--profile" in sys.argv)
