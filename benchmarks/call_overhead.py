@@ -4,7 +4,8 @@ Run on a machine with a GPU, from the repository root:
     PYTHONPATH=. python3 benchmarks/call_overhead.py [results.json] [--profile]
 For each case of compare_trees.cases on a 384-row graph whose plan exists: host time per
 call (CALLS calls issued back to back, one sync at the end), synced time per call (median of
-calls each followed by a sync), and the number of kernel launches a call makes. --profile
+calls each followed by a sync), the number of kernel launches a call makes, and the same
+two times for one call captured in a CUDA graph and launched. --profile
 prints where the host time of each case goes (cProfile, top functions by own time).
 """
 
@@ -53,6 +54,16 @@ def synced_time(fn, calls=SYNCED):
     return statistics.median(times)
 
 
+def captured(fn):
+    """A function launching one call of ``fn`` captured in a CUDA graph, on the current stream."""
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture(cupy.cuda.runtime.streamCaptureModeRelaxed)
+        fn()
+        graph = stream.end_capture()
+    return lambda: graph.launch()
+
+
 def launches_per_call(fn):
     count = [0]
     original = kernels.launch
@@ -86,10 +97,21 @@ def main(out_path=None, profile=False):
         call = partial(fn, package=cupy_csrattn, graph=graph)
         call()  # plan, transpose, compilation
         host, synced, count = host_time(call), synced_time(call), launches_per_call(call)
-        records["cases"].append(dict(case=name, host_us=host * 1e6, synced_us=synced * 1e6, launches=count))
+        graph_launch = captured(call)
+        graph_host, graph_synced = host_time(graph_launch), synced_time(graph_launch)
+        records["cases"].append(
+            dict(
+                case=name,
+                host_us=host * 1e6,
+                synced_us=synced * 1e6,
+                launches=count,
+                cuda_graph_host_us=graph_host * 1e6,
+                cuda_graph_synced_us=graph_synced * 1e6,
+            )
+        )
         print(
             f"{name:<42} host {host * 1e6:7.2f} us ({host / bare_host:5.1f}x bare)  synced {synced * 1e6:7.2f} us"
-            f"  launches {count}",
+            f"  launches {count}  CUDA graph: host {graph_host * 1e6:6.2f} us, synced {graph_synced * 1e6:6.2f} us",
             flush=True,
         )
         if profile:

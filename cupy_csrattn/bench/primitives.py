@@ -31,6 +31,7 @@ def edge_softmax(bench, case, nbytes):
     bench.library(case, lambda s: ca.edge_softmax(graph, s, out=out), data, nbytes, host_call=True)
     if not case.baselines:
         return
+    bench.simple_baseline(case, lambda kernels, s: kernels.softmax(s), data, nbytes)
     if bench.device.kind == "gpu":
         bench.baseline(case, "cupy", lambda s: baselines.cupy_softmax(rows, N, s), data, nbytes)
         if bench.torch is not None:
@@ -68,6 +69,7 @@ def attention_aggregate(bench, case, nbytes):
     bench.library(case, lambda sv: ca.attention_aggregate(graph, sv[0], sv[1], out=out), data, nbytes, host_call=True)
     if not case.baselines:
         return
+    bench.simple_baseline(case, lambda kernels, sv: kernels.aggregate(*sv), data, nbytes)
     if bench.device.kind == "gpu":
         bench.baseline(
             case, "cupy+cusparse", lambda sv: baselines.cupy_aggregate(graph, rows, sv[0], sv[1]), data, nbytes
@@ -102,6 +104,7 @@ def spmm(bench, case, nbytes):
     bench.library(case, lambda sv: ca.spmm(graph, sv[0], sv[1], out=out), data, nbytes)
     if not case.baselines:
         return
+    bench.simple_baseline(case, lambda kernels, sv: kernels.spmm(*sv), data, nbytes)
     if bench.device.kind == "gpu":
         if H == 1:  # cuSPARSE takes one head
             flat = [(xp.ascontiguousarray(s[:, 0]), xp.ascontiguousarray(v[:, 0])) for s, v in data]

@@ -14,7 +14,7 @@ import numpy as np
 
 import cupy_csrattn as ca
 from cupy_csrattn import backend
-from cupy_csrattn.bench import fused, primitives
+from cupy_csrattn.bench import fused, primitives, simple_kernels
 from cupy_csrattn.ops.registry import OPS
 
 #: Inputs are rotated between sets when one (E, 8) float32 edge array fits in this (an L2).
@@ -113,6 +113,13 @@ class GraphBench:
         self.small = E * 8 * 4 < L2_BYTES
         self.sets = 8 if self.small else 1
         ca.edge_softmax(self.graph, self.xp.zeros((E, 1), np.float32))  # builds and caches the plan
+        self._simple = None
+
+    def simple(self):
+        """The simple kernels on this bench's GPU graph (built on first use)."""
+        if self._simple is None:
+            self._simple = simple_kernels.SimpleKernels(self.graph)
+        return self._simple
 
     def run(self, case):
         """Time one case (its records go to ``self.records``, skips to ``self.skipped``)."""
@@ -191,6 +198,17 @@ class GraphBench:
         if memory:
             extra.update(self.memory(fn_of_set, data_sets))
         self.record(case, "csrattn", ms, nbytes, extra)
+
+    def simple_baseline(self, case, fn_of_set, data_sets, nbytes):
+        """Time a simple kernel (``fn_of_set(kernels, data)`` calls a SimpleKernels method) as the
+        baseline "simple", where it applies: float32 on the GPU."""
+        if self.device.kind != "gpu" or np.dtype(case.dtype) != np.float32:
+            return
+        kernels = self.simple()
+        if fn_of_set(kernels, data_sets[0]) is None:
+            self.skip(case, "simple", f"the largest row ({kernels.max_degree} edges) does not fit in shared memory")
+            return
+        self.baseline(case, "simple", lambda x: fn_of_set(kernels, x), data_sets, nbytes)
 
     def baseline(self, case, method, fn_of_set, data_sets, nbytes, memory=False):
         """Time and record a baseline; one that fails is recorded as skipped, with the reason."""

@@ -15,6 +15,7 @@ import re
 import numpy as np
 
 from cupy_csrattn import backend
+from cupy_csrattn.gpu import replay
 from cupy_csrattn.gpu.signatures import SIGNATURES, families
 
 # Launch constants, defined here only; the preamble hands BLOCK_WARPS to the .cu files.
@@ -189,7 +190,10 @@ def launch(name, dtype, index_dtype, grid, **arguments):
     args = _PACKERS[name](_acc=_ACCUMULATION_TYPES[dtype], **arguments)
     if CHECK_ARGUMENT_DTYPES:
         check_argument_dtypes(name, args, dtype, index_dtype)
-    kernel(name, dtype, index_dtype)(grid, (BLOCK_THREADS,), args)
+    function = kernel(name, dtype, index_dtype)
+    function(grid, (BLOCK_THREADS,), args)
+    if replay.recording():
+        replay.note_launch(function, grid, (BLOCK_THREADS,), args)
 
 
 def warp_grid(num_warps):
@@ -252,7 +256,10 @@ def _nvrtc():
 
 def scratch(shape, dtype):
     """An uninitialized device array for a kernel's intermediate results."""
-    return backend.cupy.empty(shape, dtype)
+    array = backend.cupy.empty(shape, dtype)
+    if replay.recording():
+        replay.note_allocation(array)
+    return array
 
 
 def vector_width(features, *arrays):

@@ -1,5 +1,6 @@
 """Launchers of cuda/sddmm.cu, and sddmm's backward through the aggregation kernels."""
 
+from cupy_csrattn.gpu import replay
 from cupy_csrattn.gpu.aggregate import aggregate
 from cupy_csrattn.gpu.derived import row_of_edge, unit_values
 from cupy_csrattn.gpu.kernels import launch, thread_grid, vector_width
@@ -51,6 +52,7 @@ def sddmm_backward(graph, dst, src, grad_scores, op, scale, grad_dst, grad_src):
         aggregate("weights", graph, src, grad_dst, weights=grad_scores)
         aggregate("weights_perm", graph_t, dst, grad_src, weights=grad_scores, perm=perm)
         if scale != 1.0:
+            replay.other_work("scaled with CuPy")
             grad_dst *= scale
             grad_src *= scale
         return

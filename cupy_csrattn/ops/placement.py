@@ -1,6 +1,7 @@
 """Placement: moves one call's arrays to where it runs, in the layout the backends take."""
 
 from cupy_csrattn import _validate, backend
+from cupy_csrattn.gpu import replay
 
 
 class Placement:
@@ -28,29 +29,41 @@ class Placement:
 
     def node_input(self, x, dtype, heads, per_node_scalar=False):
         """(N, H, F) view or copy of a node array; (N, H) when per_node_scalar."""
-        x = self.xp.ascontiguousarray(backend.to_device(x, self.on_gpu).astype(dtype, copy=False))
+        x = self._converted(x, self.xp.ascontiguousarray(backend.to_device(x, self.on_gpu).astype(dtype, copy=False)))
         if heads is None:
             x = x.reshape(x.shape[0], 1, *x.shape[1:]) if not per_node_scalar else x.reshape(-1, 1)
         return x
 
     def edge_input(self, x, dtype):
         """(E, H) array in graph edge order."""
+        original = x
         x = backend.to_device(x, self.on_gpu)
         if self.edge_order is not None:
             x = x[self.edge_order]
-        x = self.xp.ascontiguousarray(x.astype(dtype, copy=False))
+        x = self._converted(original, self.xp.ascontiguousarray(x.astype(dtype, copy=False)))
         return x.reshape(x.shape[0], 1) if x.ndim == 1 else x
+
+    def _converted(self, original, placed):
+        """placed; a call being recorded for replay learns when it is a copy of original."""
+        if replay.recording() and (not backend.is_cupy_array(original) or placed.data.ptr != original.data.ptr):
+            replay.other_work("an input was converted")
+        return placed
 
     def output(self, name, out, shape, dtype, canonical_shape, edge=False):
         """(array handed to the backend, array returned to the caller)."""
         if out is not None:
             _validate.out_array(name, out, shape, dtype, self.on_gpu)
         if edge and self.edge_order is not None:
+            replay.other_work("edge outputs are scattered into a matrix's order")
             result = out if out is not None else self.xp.empty(shape, dtype)
             work = self.xp.empty(canonical_shape, dtype)
             self._scatter.append((work, result))
             return work, result
-        result = out if out is not None else self.xp.empty(shape, dtype)
+        if out is not None:
+            return out.reshape(canonical_shape), out
+        result = self.xp.empty(shape, dtype)
+        if self.on_gpu and replay.recording():
+            replay.note_allocation(result)
         return result.reshape(canonical_shape), result
 
     def finish(self):

@@ -14,6 +14,8 @@ cupy_csrattn fills ``OPS`` (in the order of the package's imports).
 from dataclasses import dataclass
 from typing import Callable
 
+from cupy_csrattn.gpu import replay
+
 
 @dataclass(frozen=True)
 class Op:
@@ -34,15 +36,17 @@ OPS = {}
 
 
 def register(*, cpu, gpu, kernels, bytes, forward=None):
-    """Decorator: record the public function as an op (named after it) and return it,
-    with the entry as its ``op`` attribute."""
+    """Decorator: record the public function as an op (named after it) and return it, wrapped
+    so that GPU calls repeating an earlier one replay its launches (gpu/replay.py), with the
+    entry as its ``op`` attribute."""
 
     def add(function):
         name = function.__name__
         if name in OPS:
             raise ValueError(f"op {name} is registered twice")
-        function.op = OPS[name] = Op(name, function, cpu, gpu, tuple(kernels), bytes, forward)
-        return function
+        public = replay.replayed(function)
+        public.op = OPS[name] = Op(name, public, cpu, gpu, tuple(kernels), bytes, forward)
+        return public
 
     return add
 

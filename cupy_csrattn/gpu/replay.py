@@ -1,0 +1,217 @@
+"""Replay: an op call on the GPU that repeats an earlier one costs its launches, little more.
+
+A GPU call of an op on a given CSRGraph does the same work every time its arguments have
+the same description: the types, dtypes, shapes, strides and alignments of the arrays, the
+values of the scalars, the current device. Once validated and run, such a call is recorded:
+the kernels it launched (grids, argument tuples) and the arrays it allocated (outputs and
+scratch). A later call with the same description skips validation, placement and the
+launchers' choices: it allocates fresh arrays of the recorded shapes, puts the caller's
+arrays and the new ones in the argument tuples where the recorded call had its own, and
+launches the same kernels in the same order on the current stream. The results are those of
+the full call, bit for bit, because it is the same work.
+
+A call is recorded at its second occurrence (its first may build the graph's derived data,
+which later calls only read) and only when all of its GPU work went through
+kernels.launch and its allocations through kernels.scratch / Placement.output: a call that
+converts an input (another dtype, a non-contiguous layout), gathers a matrix's edges into
+graph order or computes with CuPy array operations reports that (``other_work``) and keeps
+the full path. Calls with a NumPy array, an array of size 0, two arguments sharing memory or
+an argument of any other kind are never recorded. The graph holds the records: they die
+with it, and a graph's arrays must not change after it is built (the CSRGraph contract).
+"""
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+from cupy_csrattn import backend
+
+ENABLED = True  # tests switch replay off to compare with the full path
+MAX_RECORDS_PER_GRAPH = 256
+
+_SCALARS = (int, float, bool, str)
+_IN, _NEW = 0, 1  # sources of an array argument: a caller's array, a new allocation
+
+
+class _Recorder:
+    """What one call does on the GPU, collected by the hooks below."""
+
+    def __init__(self):
+        self.launches = []  # (kernel, grid, block, args)
+        self.allocations = []
+        self.reason = None  # why the call cannot be replayed, or None
+
+
+_recorder = None  # the recorder of the call being recorded, if any
+
+
+def recording():
+    return _recorder is not None
+
+
+def note_launch(kernel, grid, block, args):
+    _recorder.launches.append((kernel, grid, block, args))
+
+
+def note_allocation(array):
+    _recorder.allocations.append(array)
+
+
+def other_work(reason):
+    """Mark the call being recorded (if any) as doing GPU work that a replay would not repeat."""
+    if _recorder is not None and _recorder.reason is None:
+        _recorder.reason = reason
+
+
+def _describe(args, kwargs):
+    """(key, arrays) of a call, or (None, None) when it is not recordable: the key names
+    everything the call's work depends on; arrays are the caller's, in argument order."""
+    cupy = backend.cupy
+    parts, arrays, pointers = [], [], set()
+    for value in (*args[1:], *kwargs.values()):
+        kind = type(value)
+        if kind is cupy.ndarray:
+            memory = value.data
+            if value.size == 0 or memory.ptr in pointers:
+                return None, None
+            pointers.add(memory.ptr)
+            parts.append((value.dtype, value.shape, value.strides, memory.ptr & 15, memory.device_id))
+            arrays.append(value)
+        elif value is None or kind in _SCALARS:
+            parts.append((kind, value))
+        else:
+            return None, None
+    if not arrays:  # a call with no CuPy array does not run on the GPU
+        return None, None
+    return (tuple(kwargs), cupy.cuda.runtime.getDevice(), *parts), arrays
+
+
+def _source(array, arrays, allocations):
+    """(source, index, byte offset) of the caller's array or allocation holding ``array``'s
+    memory; None when none does, "ambiguous" when several do."""
+    pointer, found = array.data.ptr, []
+    for source, candidates in ((_IN, arrays), (_NEW, allocations)):
+        for index, candidate in enumerate(candidates):
+            begin = candidate.data.ptr
+            if begin <= pointer < begin + candidate.nbytes:
+                found.append((source, index, pointer - begin))
+    if len(found) > 1:
+        return "ambiguous"
+    return found[0] if found else None
+
+
+class _NotReplayable(Exception):
+    pass
+
+
+class _Slot(NamedTuple):
+    """Where a result comes from: a caller's array (_IN) or a new allocation (_NEW), reshaped
+    to ``shape`` unless None."""
+
+    source: int
+    index: int
+    shape: tuple
+
+
+class Replay:
+    """The recorded work of one call, repeated with a later call's arrays."""
+
+    def __init__(self, recorder, arrays, result):
+        cupy = backend.cupy
+        self.allocations = [(a.shape, a.dtype) for a in recorder.allocations]
+        self.launches = []
+        for kernel, grid, block, args in recorder.launches:
+            slots = []
+            for position, value in enumerate(args):
+                if type(value) is not cupy.ndarray:
+                    continue
+                source = _source(value, arrays, recorder.allocations)
+                if source == "ambiguous":
+                    raise _NotReplayable("an argument's memory lies in two arrays")
+                if source is not None:  # otherwise the graph's own data, the same in every call
+                    slots.append((position, *source))
+            self.launches.append((kernel, grid, block, list(args), slots))
+        self.result = self._template(result, arrays, recorder.allocations)
+
+    @staticmethod
+    def _template(result, arrays, allocations):
+        if result is None:
+            return None
+        if isinstance(result, tuple):
+            return tuple(Replay._template(r, arrays, allocations) for r in result)
+        for index, array in enumerate(arrays):
+            if result is array:
+                return _Slot(_IN, index, None)
+        for index, array in enumerate(allocations):
+            if type(result) is type(array) and result.data.ptr == array.data.ptr and result.nbytes == array.nbytes:
+                return _Slot(_NEW, index, None if result.shape == array.shape else result.shape)
+        raise _NotReplayable("a result is neither an argument nor an allocation")
+
+    def __call__(self, arrays):
+        ndarray = backend.cupy.ndarray
+        new = [ndarray(shape, dtype) for shape, dtype in self.allocations]
+        for kernel, grid, block, template, slots in self.launches:
+            args = template.copy()
+            for position, source, index, offset in slots:
+                base = arrays[index] if source == _IN else new[index]
+                args[position] = base if offset == 0 else np.uint64(base.data.ptr + offset)
+            kernel(grid, block, tuple(args))
+        return _build(self.result, arrays, new)
+
+
+def _build(template, arrays, new):
+    if template is None:
+        return None
+    if not isinstance(template, _Slot):
+        return tuple(_build(t, arrays, new) for t in template)
+    source, index, shape = template
+    array = arrays[index] if source == _IN else new[index]
+    return array if shape is None else array.reshape(shape)
+
+
+def _records(graph):
+    return graph.cached("replay records", dict)
+
+
+def replayed(function):
+    """``function`` (a public op taking the graph first), replaying its recorded GPU calls."""
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        graph = args[0] if args else None
+        if not ENABLED or backend.cupy is None or not hasattr(graph, "cached") or _recorder is not None:
+            return function(*args, **kwargs)
+        key, arrays = _describe(args, kwargs)
+        if key is None:
+            return function(*args, **kwargs)
+        records = _records(graph)
+        record = records.get(key, 0)
+        if isinstance(record, Replay):
+            return record(arrays)
+        if record is None or len(records) >= MAX_RECORDS_PER_GRAPH:
+            return function(*args, **kwargs)
+        if record == 0:  # first occurrence: may build the graph's derived data
+            result = function(*args, **kwargs)
+            records[key] = 1
+            return result
+        return _record(function, args, kwargs, records, key, arrays)
+
+    return call
+
+
+def _record(function, args, kwargs, records, key, arrays):
+    global _recorder
+    _recorder = recorder = _Recorder()
+    try:
+        result = function(*args, **kwargs)
+    finally:
+        _recorder = None
+    if recorder.reason is not None or not recorder.launches:
+        records[key] = None
+        return result
+    try:
+        records[key] = Replay(recorder, arrays, result)
+    except _NotReplayable:
+        records[key] = None
+    return result

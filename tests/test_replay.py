@@ -1,0 +1,133 @@
+"""Repeated GPU calls (gpu/replay.py) and CUDA graphs: every op and case of the case table,
+each dtype, with and without out=, equal bit for bit to the full path on the same inputs."""
+
+import numpy as np
+import pytest
+from helpers import poison, require_cupy
+
+from cupy_csrattn.gpu import plan, replay
+from cupy_csrattn.ops.registry import OPS
+from cupy_csrattn.testing.arrays import make_graph, to_xp
+from cupy_csrattn.testing.cases import CASES
+from cupy_csrattn.testing.compare import to_np
+from cupy_csrattn.testing.graphs import hub, odd_sizes
+
+# sddmm's backward with a scale other than 1 scales its results with CuPy operations, which
+# a replay does not repeat: those calls keep the full path.
+FULL_PATH_ONLY = {"sddmm_backward_dot"}
+
+
+@pytest.fixture
+def cupy():
+    return require_cupy()
+
+
+@pytest.fixture(params=["odd_sizes", "hub-split"])
+def graph_data(request, monkeypatch):
+    if request.param == "odd_sizes":
+        return odd_sizes()
+    # The hub row splits into several items, merged in a second kernel.
+    monkeypatch.setattr(plan, "WHOLE_ROW_EDGES", 64)
+    monkeypatch.setattr(plan, "FUSED_WHOLE_ROW_EDGES", min(64, plan.FUSED_WHOLE_ROW_EDGES))
+    return hub()
+
+
+def _results(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _assert_same(got, want, name):
+    for i, (g, w) in enumerate(zip(_results(got), _results(want))):
+        assert (g is None) == (w is None), f"{name}: output {i}"
+        if g is not None:
+            assert g.shape == w.shape and g.dtype == w.dtype, f"{name}: output {i}"
+            assert np.array_equal(to_np(g), to_np(w), equal_nan=True), f"{name}: output {i} differs from the full path"
+
+
+def _replay_records(graph):
+    return [r for r in graph.cached("replay records", dict).values() if isinstance(r, replay.Replay)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_repeated_calls_equal_the_full_path(cupy, graph_data, case, dtype):
+    rng = np.random.default_rng(3)
+    graph = make_graph(cupy, graph_data)
+    public = OPS[case.op].function
+    for call in range(4):  # the first runs in full, the second is recorded, the others replay
+        args, kwargs = to_xp(cupy, case.make(rng, graph_data, 2, 5, dtype))
+        got = public(graph, *args, **kwargs)
+        want = public.__wrapped__(graph, *args, **kwargs)
+        _assert_same(got, want, f"{case} call {call}")
+    replayed = _replay_records(graph)
+    if case.name in FULL_PATH_ONLY and dict(kwargs).get("scale", 1.0) != 1.0:
+        assert not replayed
+    else:
+        assert len(replayed) == 1, "the repeated call was not replayed"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.out_index is not None], ids=str)
+def test_replayed_call_writes_out(cupy, case):
+    rng = np.random.default_rng(4)
+    graph_data = odd_sizes()
+    graph = make_graph(cupy, graph_data)
+    public = OPS[case.op].function
+    for _ in range(3):
+        args, kwargs = to_xp(cupy, case.make(rng, graph_data, 3, 4, np.float32))
+        want = _results(public.__wrapped__(graph, *args, **kwargs))
+        out = poison(cupy, want[case.out_index].shape, want[case.out_index].dtype)
+        got = _results(public(graph, *args, **kwargs, out=out))
+        assert got[case.out_index] is out
+        _assert_same(got, want, str(case))
+    assert _replay_records(graph)
+
+
+def test_bad_input_after_replay_still_raises(cupy):
+    graph_data = odd_sizes()
+    graph = make_graph(cupy, graph_data)
+    scores = cupy.ones((len(graph_data.indices), 2), cupy.float32)
+    for _ in range(3):
+        OPS["edge_softmax"].function(graph, scores)
+    with pytest.raises(ValueError, match="scores"):
+        OPS["edge_softmax"].function(graph, scores[:-1])
+    with pytest.raises(TypeError, match="scores"):
+        OPS["edge_softmax"].function(graph, scores.astype(cupy.int32))
+    with pytest.raises(ValueError, match="out"):
+        OPS["edge_softmax"].function(graph, scores, out=cupy.empty((3, 2), cupy.float32))
+
+
+def test_replay_follows_the_arguments(cupy):
+    """A replay reads the arrays of its own call: two calls with different inputs of the same
+    description give their own results."""
+    graph_data = odd_sizes()
+    graph = make_graph(cupy, graph_data)
+    rng = np.random.default_rng(5)
+    inputs = [cupy.asarray(rng.standard_normal((len(graph_data.indices), 3)).astype(np.float32)) for _ in range(4)]
+    public = OPS["edge_softmax"].function
+    results = [public(graph, s) for s in inputs]
+    for s, got in zip(inputs, results):
+        _assert_same(got, public.__wrapped__(graph, s), "edge_softmax")
+    assert _replay_records(graph)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_cuda_graph_capture(cupy, case, dtype):
+    """Each op captured in a CUDA graph on a cached graph, launched, equals a direct call."""
+    rng = np.random.default_rng(6)
+    graph_data = hub()
+    graph = make_graph(cupy, graph_data)
+    public = OPS[case.op].function
+    args, kwargs = to_xp(cupy, case.make(rng, graph_data, 2, 5, dtype))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        for _ in range(2):  # the plan, the transpose and the kernels exist before the capture
+            public(graph, *args, **kwargs)
+        stream.begin_capture(cupy.cuda.runtime.streamCaptureModeRelaxed)
+        captured = public(graph, *args, **kwargs)
+        cuda_graph = stream.end_capture()
+        cuda_graph.launch(stream)
+        stream.synchronize()
+        want = public.__wrapped__(graph, *args, **kwargs)
+        stream.synchronize()
+    _assert_same(captured, want, f"{case} captured")
