@@ -23,7 +23,7 @@ from compare_trees import cases
 
 import cupy_csrattn
 import cupy_csrattn.datasets
-from cupy_csrattn.gpu import kernels
+from cupy_csrattn.gpu import kernels, replay
 
 CALLS, SYNCED = 2000, 200
 
@@ -65,6 +65,7 @@ def captured(fn):
 
 
 def launches_per_call(fn):
+    """Kernel launches of one call (made in full: a replayed call launches the same kernels)."""
     count = [0]
     original = kernels.launch
 
@@ -73,12 +74,14 @@ def launches_per_call(fn):
         return original(*args, **kwargs)
 
     kernels.launch = counting
+    replay.ENABLED = False
     try:
         for module in list(sys.modules.values()):
             if getattr(module, "launch", None) is original and module.__name__.startswith("cupy_csrattn.gpu."):
                 module.launch = counting
         fn()
     finally:
+        replay.ENABLED = True
         for module in list(sys.modules.values()):
             if getattr(module, "launch", None) is counting:
                 module.launch = original

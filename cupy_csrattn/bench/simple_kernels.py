@@ -17,6 +17,8 @@ import numpy as np
 from cupy_csrattn import backend
 
 _SOURCE = r"""
+#define INFINITY __int_as_float(0x7f800000)
+
 extern "C" __global__ void simple_softmax(const long long* indptr, const float* s, float* p, int N, int H) {
     int row = blockIdx.x * blockDim.y + threadIdx.y, h = threadIdx.x;
     if (row >= N) return;

@@ -4,15 +4,14 @@ Forward: scores per edge, row softmax, weighted gather-sum. Backward recomputes 
 probabilities from lse; with dp[e] = <grad_out[dst], values[src]> and
 D[d] = sum_e p[e] dp[e], the grad of the scores is p * (dp - D).
 
-The CPU backward of the fused ops is the unfused chain's formulation: dp in the compute
-dtype of the inputs (backend.accumulation_dtype), then the softmax gradient
-(segment_softmax.softmax_grad), which forms D as a row sum of p * dp and p * (dp - D) in
-float64, where the subtraction cancels. It does not use the forward's ``out`` (the GPU
-kernels take D = <grad_out[d], out[d]>, one dot product per row instead of one per edge).
-Measured on 100k rows and 1M edges, H=8, D=F=16, float32, this is faster than dp in
-float64 with D = <out, grad_out>: no float64 copies of the (edges, H, F) gathers and of
-(N, H, F) out and grad_out. The grads of the scores are rounded to the compute dtype once,
-before the products that scatter them.
+The CPU backward of the fused ops takes D as the GPU kernels do, D[d] = <grad_out[d], out[d]>
+(one dot product per row, in float64), so that both backends compute the same function of
+their arguments: with a float16 ``out`` the two definitions of D differ by out's rounding,
+which the cancelling difference dp - D magnifies. dp is computed in the compute dtype of the
+inputs (backend.accumulation_dtype), with no float64 copies of the (edges, H, F) gathers;
+p * (dp - D) in float64 (segment_softmax.softmax_grad), where the subtraction cancels. The
+grads of the scores are rounded to the compute dtype once, before the products that scatter
+them.
 """
 
 import numpy as np
@@ -26,9 +25,11 @@ def _aggregate(graph, scores, values, out, lse):
     segment_sums.gather_sum(graph, probs, values, out)
 
 
-def _score_grads(graph, probs, grad_out, values):
-    """float64 p * (dp - D) with dp = <grad_out[dst], values[src]> in the compute dtype."""
-    return segment_softmax.softmax_grad(graph, probs, edge_dots.edge_dot(graph, grad_out, values))
+def _score_grads(graph, probs, grad_out, values, out):
+    """float64 p * (dp - D) with dp = <grad_out[dst], values[src]> in the compute dtype and
+    D = <grad_out[d], out[d]> in float64 (as the GPU kernels take it)."""
+    row_dot = edge_dots.feature_dot(np.asarray(out, dtype=np.float64), np.asarray(grad_out, dtype=np.float64))
+    return segment_softmax.softmax_grad(graph, probs, edge_dots.edge_dot(graph, grad_out, values), row_dot=row_dot)
 
 
 def attention_aggregate(graph, scores, values, out, lse):
@@ -59,7 +60,7 @@ def graph_attention_backward(graph, q, k, v, out, grad_out, lse, scale, grad_q, 
     probs = segment_softmax.probs_from_lse(graph, _dot_scores(graph, q, k, scale), lse)
     # Scaled in float64 and rounded to the compute dtype in one pass.
     grad_scores = np.empty_like(probs)
-    np.multiply(_score_grads(graph, probs, grad_out, v), scale, out=grad_scores, casting="same_kind")
+    np.multiply(_score_grads(graph, probs, grad_out, v, out), scale, out=grad_scores, casting="same_kind")
     segment_sums.gather_sum(graph, grad_scores, k, grad_q)
     segment_sums.gather_sum(graph, grad_scores, q, grad_k, transpose=True)
     segment_sums.gather_sum(graph, probs, grad_out, grad_v, transpose=True)
@@ -104,7 +105,7 @@ def gat_attention_backward(
 ):
     logits = _gat_logits(graph, a_dst, a_src)
     probs = segment_softmax.probs_from_lse(graph, _leaky_relu(logits, negative_slope), lse)
-    grad_logits = _score_grads(graph, probs, grad_out, values)
+    grad_logits = _score_grads(graph, probs, grad_out, values, out)
     grad_logits *= _leaky_relu_grad_factor(logits, negative_slope)
     # Sums of grad_logits cancel too (a row's sum is 0 without the slope): kept in float64.
     segment_sums.write(grad_a_dst, segment_sums.segment_sum(graph, grad_logits))

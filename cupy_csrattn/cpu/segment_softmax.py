@@ -120,21 +120,23 @@ def probs_from_lse(graph, scores, lse):
     return probs
 
 
-def softmax_grad(graph, probs, grad_probs, out=None):
+def softmax_grad(graph, probs, grad_probs, out=None, row_dot=None):
     """grad of the scores given the probabilities and the grad of the probabilities.
 
-    probs * (grad_probs - sum_row probs * grad_probs), one row block at a time. Computed in
-    float64 whatever the inputs: the subtraction cancels (to exactly 0 when a row's
-    grad_probs are all equal), and float32 rounding of its terms would then dominate the
-    small result. Returns the float64 result, or ``out`` written with it.
+    probs * (grad_probs - D), one row block at a time, with D the row sums of
+    probs * grad_probs, or ``row_dot`` ((N, H) float64) when given: the fused attentions
+    take D = <grad_out[d], out[d]>, as their GPU kernels do. Computed in float64 whatever the
+    inputs: the subtraction cancels (to exactly 0 when a row's grad_probs are all equal), and
+    float32 rounding of its terms would then dominate the small result. Returns the float64
+    result, or ``out`` written with it.
     """
     result = np.empty(np.shape(probs)) if out is None else out
     blocks = row_blocks(graph, probs.shape[1])
     for block in blocks:
         p = probs[block.edges].astype(np.float64)
         g = grad_probs[block.edges].astype(np.float64)
-        row_dot = blocks.row_sums(block, p * g)
-        g -= np.repeat(row_dot, block.degrees, axis=0)
+        block_dot = blocks.row_sums(block, p * g) if row_dot is None else row_dot[block.rows]
+        g -= np.repeat(block_dot, block.degrees, axis=0)
         g *= p
         result[block.edges] = g
     return result
