@@ -27,6 +27,12 @@ import numpy as np
 
 from cupy_csrattn import backend
 
+try:  # CuPy's kernel-argument pointers: an address, and a value held in a NumPy array
+    from cupy.cuda.function import CIntptr as _ADDRESS
+    from cupy.cuda.function import CNumpyArray as _BY_VALUE
+except ImportError:  # pragma: no cover - without CuPy nothing is replayed
+    _ADDRESS = _BY_VALUE = None
+
 ENABLED = True  # tests switch replay off to compare with the full path
 MAX_RECORDS_PER_GRAPH = 256
 
@@ -115,23 +121,36 @@ class _Slot(NamedTuple):
 
 
 class Replay:
-    """The recorded work of one call, repeated with a later call's arrays."""
+    """The recorded work of one call, repeated with a later call's arrays.
+
+    Launches go straight to each kernel's CUDA function with argument lists converted once:
+    the graph's arrays and the scalars as CuPy's kernel-argument pointers (what a launch
+    would build from them on every call), the call's own arrays filled in per call.
+    """
 
     def __init__(self, recorder, arrays, result):
         cupy = backend.cupy
         self.allocations = [(a.shape, a.dtype) for a in recorder.allocations]
         self.launches = []
+        self._graph_arrays = []  # keeps the arrays whose addresses the lists hold alive
         for kernel, grid, block, args in recorder.launches:
-            slots = []
+            template, slots = [], []
             for position, value in enumerate(args):
-                if type(value) is not cupy.ndarray:
-                    continue
-                source = _source(value, arrays, recorder.allocations)
-                if source == "ambiguous":
-                    raise _NotReplayable("an argument's memory lies in two arrays")
-                if source is not None:  # otherwise the graph's own data, the same in every call
+                if type(value) is cupy.ndarray:
+                    source = _source(value, arrays, recorder.allocations)
+                    if source == "ambiguous":
+                        raise _NotReplayable("an argument's memory lies in two arrays")
+                    if source is None:  # the graph's own data, the same in every call
+                        self._graph_arrays.append(value)
+                        template.append(_ADDRESS(value.data.ptr))
+                        continue
                     slots.append((position, *source))
-            self.launches.append((kernel, grid, block, list(args), slots))
+                    template.append(None)
+                elif isinstance(value, np.generic):
+                    template.append(_BY_VALUE(np.asarray(value)))
+                else:
+                    raise _NotReplayable(f"a kernel argument of type {type(value).__name__}")
+            self.launches.append((kernel.kernel, (*grid, 1, 1)[:3], (*block, 1, 1)[:3], template, slots))
         self.result = self._template(result, arrays, recorder.allocations)
 
     @staticmethod
@@ -151,12 +170,11 @@ class Replay:
     def __call__(self, arrays):
         ndarray = backend.cupy.ndarray
         new = [ndarray(shape, dtype) for shape, dtype in self.allocations]
-        for kernel, grid, block, template, slots in self.launches:
+        for function, grid, block, template, slots in self.launches:
             args = template.copy()
             for position, source, index, offset in slots:
-                base = arrays[index] if source == _IN else new[index]
-                args[position] = base if offset == 0 else np.uint64(base.data.ptr + offset)
-            kernel(grid, block, tuple(args))
+                args[position] = _ADDRESS((arrays[index] if source == _IN else new[index]).data.ptr + offset)
+            function(grid, block, args)
         return _build(self.result, arrays, new)
 
 
