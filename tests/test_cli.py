@@ -692,11 +692,11 @@ def test_bench_gpu_script_keeps_its_cases_and_command_line():
 
 
 @pytest.mark.parametrize("op", ["graph_attention", "gat_attention"])
-def test_cpu_fused_backward_takes_the_faster_chain_formulation(monkeypatch, op):
-    """The CPU backward of the fused ops uses the unfused chain's formulation, which measured
-    faster (100k rows, 1M edges, H=8, D=F=16; see cupy_csrattn/cpu/attention.py): per-edge
-    dot products in the compute dtype (float32 here, no float64 copies of the gathered
-    features), and the softmax gradient from row sums of p * dp, without reading ``out``."""
+def test_cpu_fused_backward_formulation(monkeypatch, op):
+    """The CPU backward of the fused ops: per-edge dot products in the compute dtype (float32
+    here, no float64 copies of the gathered features), and D = <grad_out[d], out[d]> from the
+    forward's ``out``, as the GPU kernels take it (see cupy_csrattn/cpu/attention.py): a NaN
+    in one row of out reaches that row's gradient terms only."""
     graph = datasets.uniform_graph(60, 4, seed=2)
     rng = np.random.default_rng(2)
     H, F = 2, 5
@@ -718,8 +718,12 @@ def test_cpu_fused_backward_takes_the_faster_chain_formulation(monkeypatch, op):
     backward = OPS[op + "_backward"].function
     grads = backward(graph, *inputs, out, grad_out, lse)
     assert dtypes and "float64" not in dtypes, dtypes
-    for got, want in zip(backward(graph, *inputs, np.full_like(out, np.nan), grad_out, lse), grads):
-        np.testing.assert_array_equal(got, want)
+    poisoned = out.copy()
+    poisoned[7] = np.nan
+    grad_dst = backward(graph, *inputs, poisoned, grad_out, lse)[0]
+    rows = np.arange(60) == 7
+    assert np.isnan(grad_dst[rows]).all() and not np.isnan(grad_dst[~rows]).any()
+    np.testing.assert_array_equal(grad_dst[~rows], grads[0][~rows])
 
 
 @pytest.mark.parametrize("slope", [0.2, 1.0, 0.0, -0.5, 3.0])
