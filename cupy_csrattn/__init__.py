@@ -9,6 +9,7 @@ from cupy_csrattn.ops.attention import (
     graph_attention,
     graph_attention_backward,
 )
+from cupy_csrattn.ops.gatv2 import gatv2_attention, gatv2_attention_backward
 from cupy_csrattn.ops.sddmm import sddmm, sddmm_backward
 from cupy_csrattn.ops.softmax import edge_softmax, edge_softmax_backward
 from cupy_csrattn.ops.spmm import spmm, spmm_backward
@@ -24,6 +25,8 @@ __all__ = [
     "edge_softmax_backward",
     "gat_attention",
     "gat_attention_backward",
+    "gatv2_attention",
+    "gatv2_attention_backward",
     "graph_attention",
     "graph_attention_backward",
     "sddmm",

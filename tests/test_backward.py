@@ -26,7 +26,14 @@ BACKWARD = {name: op.forward for name, op in OPS.items() if op.forward is not No
 
 
 @pytest.mark.parametrize(
-    "case", ["edge_softmax_backward", "spmm_backward", "attention_aggregate_backward", "gat_attention_backward"]
+    "case",
+    [
+        "edge_softmax_backward",
+        "spmm_backward",
+        "attention_aggregate_backward",
+        "gat_attention_backward",
+        "gatv2_attention_backward",
+    ],
 )
 def test_hub_row(xp, case):
     check_case(xp, CASE_BY_NAME[case], hub(), None, 2, np.float64, seed=2)
@@ -118,6 +125,32 @@ def _gat_fd(slope):
     return FDCase(f"gat_attention_slope={slope}", "gat_attention", make, forward, backward)
 
 
+def _gatv2_fd(slope):
+    kw = {} if slope is None else {"negative_slope": slope}
+
+    def make(rng, graph, H, F):
+        # every x_dst + x_src = integer + 0.7 + small noise, as for gat: both signs, never
+        # within a step of leaky_relu's kink at 0
+        def near_lattice(shape, offset):
+            return rng.integers(-2, 3, shape) + offset + 0.05 * rng.standard_normal(shape)
+
+        return {
+            "x_dst": near_lattice(_shape(_n(graph), H, F), 0.3),
+            "x_src": near_lattice(_shape(graph.num_src, H, F), 0.4),
+            "att": rng.standard_normal(_shape(F, None) if H is None else (H, F)),
+        }
+
+    def forward(g, x):
+        return ca.gatv2_attention(g, x["x_dst"], x["x_src"], x["att"], **kw)
+
+    def backward(g, x, go):
+        out, lse = ca.gatv2_attention(g, x["x_dst"], x["x_src"], x["att"], return_lse=True, **kw)
+        gd, gs, ga = ca.gatv2_attention_backward(g, x["x_dst"], x["x_src"], x["att"], out, go, lse, **kw)
+        return {"x_dst": gd, "x_src": gs, "att": ga}
+
+    return FDCase(f"gatv2_attention_slope={slope}", "gatv2_attention", make, forward, backward)
+
+
 def _spmm_unweighted_backward(g, x, go):
     grad_weights, grad_values = ca.spmm_backward(g, None, x["values"], go)
     assert grad_weights is None
@@ -192,6 +225,8 @@ FD_CASES = [
     _graph_attention_fd(0.3),
     _gat_fd(None),
     _gat_fd(0.05),
+    _gatv2_fd(None),
+    _gatv2_fd(0.05),
 ]
 FD_PARAMS = [pytest.param(c, id=c.name) for c in FD_CASES]
 
@@ -263,6 +298,6 @@ def test_every_coordinate_on_tiny_graph(xp, case, H):
             grads[name], numeric, rtol=1e-6, atol=1e-8 * loss_scale, equal_nan=False, err_msg=name
         )
     # sources 0..2 are all used and row 1 is empty: gradients of unused nodes are exactly 0
-    for name in ("a_dst", "q", "dst_feat"):
+    for name in ("a_dst", "q", "dst_feat", "x_dst"):
         if name in grads:
             assert (grads[name][1] == 0).all(), name

@@ -460,6 +460,75 @@ def test_gat_backward_lse_wrong_shape(xp):
     )
 
 
+# ------------------------------------------------------------------ gatv2_attention
+
+
+def test_gatv2_x_dst_wrong_rows(xp):
+    _raises(xp, ValueError, "x_dst", "gatv2_attention", _r(N_DST + 1, H, D), _r(N_SRC, H, D), _r(H, D))
+
+
+def test_gatv2_x_src_wrong_rows(xp):
+    _raises(xp, ValueError, "x_src", "gatv2_attention", _r(N_DST, H, D), _r(N_SRC + 1, H, D), _r(H, D))
+
+
+def test_gatv2_head_mismatch(xp):
+    _raises(xp, ValueError, "x_src", "gatv2_attention", _r(N_DST, H, D), _r(N_SRC, H + 1, D), _r(H, D))
+
+
+def test_gatv2_headed_x_dst_unheaded_x_src(xp):
+    _raises(xp, ValueError, "x_src", "gatv2_attention", _r(N_DST, H, D), _r(N_SRC, D), _r(H, D))
+
+
+def test_gatv2_feature_mismatch(xp):
+    _raises(xp, ValueError, "x_src", "gatv2_attention", _r(N_DST, H, D), _r(N_SRC, H, D + 1), _r(H, D))
+
+
+@pytest.mark.parametrize(
+    "att_shape", [(D,), (H, D + 1), (H + 1, D), (1, H, D), ()], ids=["unheaded", "width", "heads", "3d", "scalar"]
+)
+def test_gatv2_att_wrong_shape(xp, att_shape):
+    _raises(xp, ValueError, r"\batt\b", "gatv2_attention", _r(N_DST, H, D), _r(N_SRC, H, D), _r(*att_shape))
+
+
+def test_gatv2_unheaded_att_must_be_a_vector(xp):
+    _raises(xp, ValueError, r"\batt\b", "gatv2_attention", _r(N_DST, D), _r(N_SRC, D), _r(1, D))
+
+
+def test_gatv2_integer_att(xp):
+    _raises(xp, TypeError, r"\batt\b", "gatv2_attention", _r(N_DST, D), _r(N_SRC, D), np.ones(D, np.int64))
+
+
+def test_gatv2_att_none(xp):
+    _raises(xp, TypeError, r"\batt\b", "gatv2_attention", _r(N_DST, D), _r(N_SRC, D), None)
+
+
+@pytest.mark.parametrize("slope", [np.inf, np.nan])
+def test_gatv2_non_finite_negative_slope(xp, slope):
+    _raises(
+        xp, ValueError, "negative_slope", "gatv2_attention", _r(N_DST, D), _r(N_SRC, D), _r(D), negative_slope=slope
+    )
+
+
+def test_gatv2_string_negative_slope(xp):
+    _raises(xp, TypeError, "negative_slope", "gatv2_attention", _r(N_DST, D), _r(N_SRC, D), _r(D), negative_slope="0.2")
+
+
+@pytest.mark.parametrize(
+    "position,name,shape",
+    [(3, "out", (N_DST, H, D + 1)), (4, "grad_out", (N_DST + 1, H, D)), (5, "lse", (N_DST, H + 1))],
+    ids=["out", "grad_out", "lse"],
+)
+def test_gatv2_backward_saved_wrong_shape(xp, position, name, shape):
+    args = [_r(N_DST, H, D), _r(N_SRC, H, D), _r(H, D), _r(N_DST, H, D), _r(N_DST, H, D), _r(N_DST, H)]
+    args[position] = _r(*shape)
+    _raises(xp, ValueError, rf"\b{name}\b", "gatv2_attention_backward", *args)
+
+
+def test_gatv2_backward_lse_required(xp):
+    args = (_r(N_DST, H, D), _r(N_SRC, H, D), _r(H, D), _r(N_DST, H, D), _r(N_DST, H, D), None)
+    _raises(xp, TypeError, r"\blse\b", "gatv2_attention_backward", *args)
+
+
 # ------------------------------------------------------------------ out=
 
 OUT_OPS = [
@@ -476,6 +545,12 @@ OUT_OPS = [
     ),
     pytest.param(
         "gat_attention", (lambda: (_r(N_DST, H), _r(N_SRC, H), _r(N_SRC, H, F))), (N_DST, H, F), id="gat_attention"
+    ),
+    pytest.param(
+        "gatv2_attention",
+        (lambda: (_r(N_DST, H, D), _r(N_SRC, H, D), _r(H, D))),
+        (N_DST, H, D),
+        id="gatv2_attention",
     ),
 ]
 

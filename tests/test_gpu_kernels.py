@@ -116,7 +116,8 @@ def test_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
 
 
 def _fused_inputs(rng, g, heads, head_dim, features, dtype):
-    """Inputs of graph_attention and gat_attention on graph g (keyword names of the ops)."""
+    """Inputs of graph_attention, gat_attention and gatv2_attention on graph g (keyword names
+    of the ops); gatv2's head width is head_dim."""
 
     def node(n, last):
         return rng.standard_normal((n, last) if heads is None else (n, heads, last)).astype(dtype)
@@ -129,6 +130,11 @@ def _fused_inputs(rng, g, heads, head_dim, features, dtype):
         "gat_attention": dict(
             a_dst=scalar(g.num_dst) * 2, a_src=scalar(g.num_src) * 2, values=node(g.num_src, features)
         ),
+        "gatv2_attention": dict(
+            x_dst=node(g.num_dst, head_dim),
+            x_src=node(g.num_src, head_dim),
+            att=rng.standard_normal((head_dim,) if heads is None else (heads, head_dim)).astype(dtype),
+        ),
     }
 
 
@@ -136,20 +142,30 @@ def _fused_inputs(rng, g, heads, head_dim, features, dtype):
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize(
     "heads,head_dim,features",
-    [(None, 5, 3), (1, 64, 64), (3, 7, 5), (8, 16, 16), (4, 64, 64), (40, 2, 1), (2, 1, 70), (2, 0, 3), (2, 4, 0)],
+    [
+        (None, 5, 3),
+        (1, 64, 64),
+        (3, 7, 5),
+        (8, 16, 16),
+        (4, 64, 64),
+        (40, 2, 1),
+        (2, 1, 70),
+        (2, 0, 3),
+        (2, 4, 0),
+        (1, 150, 2),
+    ],
 )
 def test_fused_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, head_dim, features):
-    """graph_attention and gat_attention, forward and backward, against the CPU backend."""
+    """graph_attention, gat_attention and gatv2_attention, forward and backward, against the
+    CPU backend (gatv2: x_dst, x_src of head width head_dim; 150 takes two feature tiles)."""
     rng = np.random.default_rng(5)
     g = _graph(rng, index_dtype)
     gg = g.to_gpu()
-    grad_out = rng.standard_normal((g.num_dst, features) if heads is None else (g.num_dst, heads, features)).astype(
-        dtype
-    )
     for op, inputs in _fused_inputs(rng, g, heads, head_dim, features, dtype).items():
         forward, backward = getattr(ca, op), getattr(ca, op + "_backward")
         gpu_inputs = {name: cupy.asarray(x) for name, x in inputs.items()}
         want_out, want_lse = forward(g, **inputs, return_lse=True)
+        grad_out = rng.standard_normal(want_out.shape).astype(dtype)
         out = poison(cupy, want_out.shape, dtype)
         got_out, got_lse = forward(gg, **gpu_inputs, out=out, return_lse=True)
         assert got_out is out
@@ -170,14 +186,15 @@ def test_fused_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, head_
 
 
 def test_fused_special_rows_on_gpu(cupy, plan_limits):
-    """gat: a row whose scores are all -inf gets zero output and lse -inf; graph_attention:
-    a NaN in q poisons its own row and head only, the hub row included."""
+    """gat: a row whose scores are all -inf gets zero output and lse -inf; graph_attention and
+    gatv2: a NaN in q (x_dst) poisons its own row and head only, the hub row included."""
     rng = np.random.default_rng(4)
     g = _graph(rng, np.int64)
     H, D, F = 2, 3, 4
     inputs = _fused_inputs(rng, g, H, D, F, np.float64)
     inputs["gat_attention"]["a_dst"][1] = -np.inf
     inputs["graph_attention"]["q"][5, 1, 0] = np.nan
+    inputs["gatv2_attention"]["x_dst"][5, 1, 0] = np.nan
     for op, op_inputs in inputs.items():
         want_out, want_lse = getattr(ca, op)(g, **op_inputs, return_lse=True)
         got_out, got_lse = getattr(ca, op)(
@@ -252,3 +269,9 @@ def test_no_launch_on_empty_graph(cupy):
     g = ca.CSRGraph(cupy.zeros(1, dtype=np.int32), cupy.zeros(0, dtype=np.int32), 0)
     out, lse = ca.attention_aggregate(g, cupy.zeros((0, 2)), cupy.zeros((0, 2, 3)), return_lse=True)
     assert out.shape == (0, 2, 3) and lse.shape == (0, 2)
+    x, att = cupy.zeros((0, 2, 3)), cupy.ones((2, 3))
+    out, lse = ca.gatv2_attention(g, x, x, att, return_lse=True)
+    assert out.shape == (0, 2, 3) and lse.shape == (0, 2)
+    grads = ca.gatv2_attention_backward(g, x, x, att, out, out, lse)
+    assert [a.shape for a in grads] == [(0, 2, 3), (0, 2, 3), (2, 3)]
+    assert (cupy.asnumpy(grads[2]) == 0).all()

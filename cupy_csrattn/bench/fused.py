@@ -1,11 +1,14 @@
-"""Timers of the fused attention ops: graph_attention, gat_attention and their backward.
+"""Timers of the fused attention ops: graph_attention, gat_attention, gatv2_attention and
+their backward.
 
 Each times the library's op, this library's unfused chain (sddmm -> edge_softmax -> spmm),
 on the forward a plain composition, and PyG-style message passing (gather, softmax,
 scatter-add; autograd for the backward) where PyG is importable: each record with the peak
 device memory the call allocates beyond its inputs (and beyond ``out`` where it is passed
 in). A backward case times forward + backward together (the backward needs the forward's
-``out`` and ``lse``). Timers as in :mod:`cupy_csrattn.bench.primitives`.
+``out`` and ``lse``). Timers as in :mod:`cupy_csrattn.bench.primitives`. gatv2_attention is
+timed without baselines so far (none of them composes its scores yet): its cases record
+that as a skip.
 """
 
 import numpy as np
@@ -18,6 +21,8 @@ def _input_sets(bench, op, dtype, H, F):
     N, num_src = bench.graph.num_dst, bench.graph.num_src
     if op == "graph_attention":  # q, k, v with D = F
         shapes = ((N, H, F), (num_src, H, F), (num_src, H, F))
+    elif op == "gatv2_attention":  # x_dst, x_src, att with D = F
+        shapes = ((N, H, F), (num_src, H, F), (H, F))
     else:  # a_dst, a_src, values
         shapes = ((N, H), (num_src, H), (num_src, H, F))
     return [tuple(bench.rand(shape, dtype) for shape in shapes) for _ in range(bench.sets)]
@@ -44,15 +49,23 @@ def _pyg(bench, case, op, data, grad_out=None):
     return forward_backward, tdata
 
 
+def _without_baselines(bench, case, op):
+    """True (and a skip recorded) when the op has no baselines to time."""
+    if op != "gatv2_attention":
+        return False
+    bench.skip(case, "baselines", "no baseline composes GATv2's scores yet")
+    return True
+
+
 def forward(bench, case, nbytes):
-    """graph_attention or gat_attention (``case.op``)."""
+    """graph_attention, gat_attention or gatv2_attention (``case.op``)."""
     op, dtype, H, F = case.op, np.dtype(case.dtype), case.H, case.F
     graph, rows = bench.graph, bench.rows
     data = _input_sets(bench, op, dtype, H, F)
     out = bench.xp.empty((graph.num_dst, H, F), dtype)
     fused = OPS[op].function
     bench.library(case, lambda x: fused(graph, *x, out=out), data, nbytes, host_call=True, memory=True)
-    if not case.baselines:
+    if not case.baselines or _without_baselines(bench, case, op):
         return
     bench.baseline(
         case, "csrattn-unfused", lambda x: baselines.unfused_forward(graph, op, x, out=out), data, nbytes, memory=True
@@ -72,7 +85,7 @@ def forward(bench, case, nbytes):
 
 
 def forward_backward(bench, case, nbytes):
-    """graph_attention_backward or gat_attention_backward (``case.op``), after its forward."""
+    """The backward of a fused op (``case.op``), after its forward."""
     forward_op, dtype, H, F = OPS[case.op].forward, np.dtype(case.dtype), case.H, case.F
     graph = bench.graph
     data = _input_sets(bench, forward_op, dtype, H, F)
@@ -84,7 +97,7 @@ def forward_backward(bench, case, nbytes):
         return backward_fn(graph, *x, out, grad_out, lse)
 
     bench.library(case, fused, data, nbytes, memory=True)
-    if not case.baselines:
+    if not case.baselines or _without_baselines(bench, case, forward_op):
         return
     bench.baseline(
         case,

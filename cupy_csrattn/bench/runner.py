@@ -34,6 +34,8 @@ TIMERS = {
     "gat_attention": fused.forward,
     "graph_attention_backward": fused.forward_backward,
     "gat_attention_backward": fused.forward_backward,
+    "gatv2_attention": fused.forward,
+    "gatv2_attention_backward": fused.forward_backward,
 }
 #: The ops the bench can time, in the order they are run.
 BENCH_OPS = tuple(TIMERS)

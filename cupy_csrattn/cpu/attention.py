@@ -25,7 +25,7 @@ def _aggregate(graph, scores, values, out, lse):
     segment_sums.gather_sum(graph, probs, values, out)
 
 
-def _score_grads(graph, probs, grad_out, values, out):
+def score_grads(graph, probs, grad_out, values, out):
     """float64 p * (dp - D) with dp = <grad_out[dst], values[src]> in the compute dtype and
     D = <grad_out[d], out[d]> in float64 (as the GPU kernels take it)."""
     row_dot = edge_dots.feature_dot(np.asarray(out, dtype=np.float64), np.asarray(grad_out, dtype=np.float64))
@@ -60,7 +60,7 @@ def graph_attention_backward(graph, q, k, v, out, grad_out, lse, scale, grad_q, 
     probs = segment_softmax.probs_from_lse(graph, _dot_scores(graph, q, k, scale), lse)
     # Scaled in float64 and rounded to the compute dtype in one pass.
     grad_scores = np.empty_like(probs)
-    np.multiply(_score_grads(graph, probs, grad_out, v, out), scale, out=grad_scores, casting="same_kind")
+    np.multiply(score_grads(graph, probs, grad_out, v, out), scale, out=grad_scores, casting="same_kind")
     segment_sums.gather_sum(graph, grad_scores, k, grad_q)
     segment_sums.gather_sum(graph, grad_scores, q, grad_k, transpose=True)
     segment_sums.gather_sum(graph, probs, grad_out, grad_v, transpose=True)
@@ -73,7 +73,7 @@ def _gat_logits(graph, a_dst, a_src):
     return logits
 
 
-def _leaky_relu(z, negative_slope):
+def leaky_relu(z, negative_slope):
     """z where z > 0, else negative_slope * z.
 
     For 0 < negative_slope <= 1 that is max(z, negative_slope * z), the same values
@@ -85,7 +85,7 @@ def _leaky_relu(z, negative_slope):
     return np.where(z > 0, z, scaled)
 
 
-def _leaky_relu_grad_factor(z, negative_slope):
+def leaky_relu_grad_factor(z, negative_slope):
     """float64 derivative of leaky_relu at z: 1 for z > 0, negative_slope otherwise (also
     at exactly 0). Exactly negative_slope, and 1 to within an ulp; several times faster
     than np.where."""
@@ -96,7 +96,7 @@ def _leaky_relu_grad_factor(z, negative_slope):
 
 
 def gat_attention(graph, a_dst, a_src, values, negative_slope, out, lse):
-    scores = _leaky_relu(_gat_logits(graph, a_dst, a_src), negative_slope)
+    scores = leaky_relu(_gat_logits(graph, a_dst, a_src), negative_slope)
     _aggregate(graph, scores, values, out, lse)
 
 
@@ -104,9 +104,9 @@ def gat_attention_backward(
     graph, a_dst, a_src, values, out, grad_out, lse, negative_slope, grad_a_dst, grad_a_src, grad_values
 ):
     logits = _gat_logits(graph, a_dst, a_src)
-    probs = segment_softmax.probs_from_lse(graph, _leaky_relu(logits, negative_slope), lse)
-    grad_logits = _score_grads(graph, probs, grad_out, values, out)
-    grad_logits *= _leaky_relu_grad_factor(logits, negative_slope)
+    probs = segment_softmax.probs_from_lse(graph, leaky_relu(logits, negative_slope), lse)
+    grad_logits = score_grads(graph, probs, grad_out, values, out)
+    grad_logits *= leaky_relu_grad_factor(logits, negative_slope)
     # Sums of grad_logits cancel too (a row's sum is 0 without the slope): kept in float64.
     segment_sums.write(grad_a_dst, segment_sums.segment_sum(graph, grad_logits))
     segment_sums.write(grad_a_src, segment_sums.source_sum(graph, grad_logits))

@@ -56,13 +56,21 @@ def edge_dot(graph, dst_feat, src_feat, dtype=None):
     dst_feat, src_feat = np.asarray(dst_feat, dtype=source_dtype), np.asarray(src_feat, dtype=source_dtype)
     heads, features = dst_feat.shape[1], dst_feat.shape[2]
     result = np.empty((graph.num_edges, heads), dtype=dtype)
+    for edges, dst_rows in edge_blocks(graph, dst_feat, heads * features):
+        dst = dst_rows.astype(dtype, copy=False)
+        src = np.take(src_feat, graph.indices[edges], axis=0).astype(dtype, copy=False)
+        feature_dot(dst, src, out=result[edges])
+    return result
+
+
+def edge_blocks(graph, dst_feat, width):
+    """(edges, dst_rows) per block of consecutive edges, about _DOT_BLOCK_ELEMENTS / width of
+    them: the block's slice of edges and dst_feat's rows repeated for them (a new array: a
+    block's destination rows copied row by row with np.repeat, faster than a gather)."""
     rows, indptr = rows_of_edges(graph), graph.indptr
-    block = max(1, _DOT_BLOCK_ELEMENTS // max(1, heads * features))
+    block = max(1, _DOT_BLOCK_ELEMENTS // max(1, width))
     for start in range(0, graph.num_edges, block):
         stop = min(start + block, graph.num_edges)
         first_row, last_row = int(rows[start]), int(rows[stop - 1]) + 1
         counts = np.diff(np.clip(indptr[first_row : last_row + 1], start, stop))
-        dst = np.repeat(dst_feat[first_row:last_row], counts, axis=0).astype(dtype, copy=False)
-        src = np.take(src_feat, graph.indices[start:stop], axis=0).astype(dtype, copy=False)
-        feature_dot(dst, src, out=result[start:stop])
-    return result
+        yield slice(start, stop), np.repeat(dst_feat[first_row:last_row], counts, axis=0)

@@ -41,21 +41,30 @@ def run_row_kernels(prefix, graph, values, out, weight_args, softmax=False, lse_
         partial_state=partial_state,
         **weight_args,
     )
-    if plan.num_split:
-        launch(
-            "aggregate_merge_softmax" if softmax else "aggregate_merge_sum",
-            dtype,
-            index_dtype,
-            warp_grid(plan.num_split),
-            split_rows=plan.split_rows,
-            num_split=plan.num_split,
-            H=heads,
-            F=features,
-            partial_acc=partial_acc,
-            partial_state=partial_state,
-            out=out,
-            lse_out=lse_out,
-        )
+    merge_split_rows(graph, plan, out, partial_acc, partial_state, lse_out, softmax)
+
+
+def merge_split_rows(graph, plan, out, partial_acc, partial_state=None, lse_out=None, softmax=False):
+    """Merge the partials of the plan's split rows into out (N, H, F) (and lse_out), in item
+    order: plain sums, or softmax states (aggregate_merge_*). A row kernel wrote partial_acc
+    (split items, H * F) and, for a softmax, partial_state (split items, H) for its items
+    from num_whole on."""
+    if not plan.num_split:
+        return
+    launch(
+        "aggregate_merge_softmax" if softmax else "aggregate_merge_sum",
+        out.dtype,
+        graph.index_dtype,
+        warp_grid(plan.num_split),
+        split_rows=plan.split_rows,
+        num_split=plan.num_split,
+        H=out.shape[1],
+        F=out.shape[2],
+        partial_acc=partial_acc,
+        partial_state=partial_state,
+        out=out,
+        lse_out=lse_out,
+    )
 
 
 def aggregate(mode, graph, values, out, lse_out=None, **weight_args):

@@ -59,7 +59,7 @@ def _fused_forward(score, graph, a, b, c, values, out, lse):
     )
 
 
-def _row_dot(graph, grad_out, out):
+def row_dots(graph, grad_out, out):
     """(N, H) <grad_out[n, h], out[n, h]> in the accumulation dtype."""
     row_dot = scratch(out.shape[:2], accumulation_dtype(out.dtype))
     launch(
@@ -87,7 +87,7 @@ def gat_attention(graph, a_dst, a_src, values, negative_slope, out, lse):
 def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b, grad_v, a_values, b_values):
     """grad_a sums over rows with values b_values, grad_b over sources with values a_values
     (k and q for "dot"; ones for "gat"), grad_v over sources with values grad_out."""
-    row_dot = _row_dot(graph, grad_out, out)
+    row_dot = row_dots(graph, grad_out, out)
     grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
     run_row_kernels(f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
     graph_t, _ = graph.transpose()

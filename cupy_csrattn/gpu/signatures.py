@@ -133,6 +133,21 @@ _declare(
     _params("i64 num_pairs, int F, const scalar_t* grad_out, const scalar_t* out, acc_t* row_dot"),
 )
 
+# gatv2.cu: GATv2's row kernels share their leading parameters; G heads side by side per warp.
+_GATV2_ROWS = (
+    "const i64* items, i64 num_items, i64 num_whole, int H, int D, int G, const idx_t* indices, "
+    "const scalar_t* x_dst, const scalar_t* x_src, const scalar_t* att, acc_t slope"
+)
+_GATV2_GRAD = "const scalar_t* grad_out, const lse_t* lse, const acc_t* row_dot, scalar_t* grad, acc_t* partial_acc?"
+_declare(
+    "gatv2",
+    ["gatv2_forward"],
+    _params(_GATV2_ROWS + ", scalar_t* out, lse_t* lse_out?, acc_t* partial_acc?, SoftmaxState* partial_state?"),
+)
+_declare("gatv2", ["gatv2_grad_dst"], _params(_GATV2_ROWS + ", " + _GATV2_GRAD + ", acc_t* att_partial"))
+_declare("gatv2", ["gatv2_grad_src"], _params(_GATV2_ROWS + ", " + _GATV2_GRAD))
+_declare("gatv2", ["gatv2_reduce_att"], _params("i64 num_slots, int HD, const acc_t* att_partial, scalar_t* grad_att"))
+
 # sddmm.cu: per-edge scores.
 _declare(
     "sddmm",

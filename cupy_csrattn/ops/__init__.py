@@ -8,4 +8,5 @@ from cupy_csrattn.ops import softmax  # noqa: F401
 from cupy_csrattn.ops import spmm  # noqa: F401
 from cupy_csrattn.ops import sddmm  # noqa: F401
 from cupy_csrattn.ops import attention  # noqa: F401
+from cupy_csrattn.ops import gatv2  # noqa: F401
 # isort: on

@@ -22,7 +22,7 @@ def _out_shape(g, heads, features):
     return (g.num_dst, features) if heads is None else (g.num_dst, heads, features)
 
 
-def _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, canonical_heads):
+def forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, canonical_heads):
     out_c, out_result = place.output(
         "out", out, _out_shape(g, heads, features), dtype, (g.num_dst, canonical_heads, features)
     )
@@ -32,7 +32,7 @@ def _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_ls
     return out_c, lse_c, ((out_result, lse_result) if return_lse else out_result)
 
 
-def _check_saved(g, heads, features, out, grad_out, lse, values_name):
+def check_saved(g, heads, features, out, grad_out, lse, values_name):
     """Checks of the forward's out, the incoming grad_out and the forward's lse.
 
     values_name: the op's name for the array whose feature width out must have (v or values).
@@ -88,7 +88,7 @@ def attention_aggregate(graph, scores, values, *, out=None, return_lse=False):
     place = Placement(g, order, [scores, values])
     scores_c = place.edge_input(scores, dtype)
     values_c = place.node_input(values, dtype, heads)
-    out_c, lse_c, result = _forward_outputs(
+    out_c, lse_c, result = forward_outputs(
         place, g, heads, features, dtype, lse_dtype, out, return_lse, scores_c.shape[1]
     )
     place.run(attention_aggregate.op, scores_c, values_c, out_c, lse_c)
@@ -195,7 +195,7 @@ def graph_attention(graph, q, k, v, *, scale=None, out=None, return_lse=False):
     dtype, lse_dtype = _validate.result_dtypes(q, k, v)
     place = Placement(g, order, [q, k, v])
     q_c, k_c, v_c = (place.node_input(x, dtype, heads) for x in (q, k, v))
-    out_c, lse_c, result = _forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, q_c.shape[1])
+    out_c, lse_c, result = forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, q_c.shape[1])
     place.run(graph_attention.op, q_c, k_c, v_c, scale, out_c, lse_c)
     return result
 
@@ -230,7 +230,7 @@ def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None):
     """
     g, order = _validate.resolve_graph(graph)
     q, k, v, heads, features, scale = _check_qkv(g, q, k, v, scale)
-    out, grad_out, lse = _check_saved(g, heads, features, out, grad_out, lse, "v")
+    out, grad_out, lse = check_saved(g, heads, features, out, grad_out, lse, "v")
     dtype, lse_dtype = _validate.result_dtypes(q, k, v, out, grad_out)
     place = Placement(g, order, [q, k, v, out, grad_out, lse])
     q_c, k_c, v_c, out_c, grad_out_c = (place.node_input(x, dtype, heads) for x in (q, k, v, out, grad_out))
@@ -289,7 +289,7 @@ def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, out=None, 
     a_dst_c = place.node_input(a_dst, dtype, heads, per_node_scalar=True)
     a_src_c = place.node_input(a_src, dtype, heads, per_node_scalar=True)
     values_c = place.node_input(values, dtype, heads)
-    out_c, lse_c, result = _forward_outputs(
+    out_c, lse_c, result = forward_outputs(
         place, g, heads, features, dtype, lse_dtype, out, return_lse, values_c.shape[1]
     )
     place.run(gat_attention.op, a_dst_c, a_src_c, values_c, negative_slope, out_c, lse_c)
@@ -326,7 +326,7 @@ def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, n
     """
     g, order = _validate.resolve_graph(graph)
     a_dst, a_src, values, heads, features, negative_slope = _check_gat(g, a_dst, a_src, values, negative_slope)
-    out, grad_out, lse = _check_saved(g, heads, features, out, grad_out, lse, "values")
+    out, grad_out, lse = check_saved(g, heads, features, out, grad_out, lse, "values")
     dtype, lse_dtype = _validate.result_dtypes(a_dst, a_src, values, out, grad_out)
     place = Placement(g, order, [a_dst, a_src, values, out, grad_out, lse])
     a_dst_c = place.node_input(a_dst, dtype, heads, per_node_scalar=True)

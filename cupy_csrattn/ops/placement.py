@@ -34,6 +34,11 @@ class Placement:
             x = x.reshape(x.shape[0], 1, *x.shape[1:]) if not per_node_scalar else x.reshape(-1, 1)
         return x
 
+    def dense_input(self, x, dtype, shape):
+        """x (neither a node nor an edge array: a parameter) as a C-contiguous array of ``shape``."""
+        x = backend.to_device(x, self.on_gpu)
+        return self.xp.ascontiguousarray(x.astype(dtype, copy=False)).reshape(shape)
+
     def edge_input(self, x, dtype):
         """(E, H) array in graph edge order."""
         original = x

@@ -72,3 +72,19 @@ def gat_attention_backward(graph, dtype, H, F):
     """forward + backward, as for graph_attention_backward."""
     E, N, idx, isz = _sizes(graph, dtype)
     return gat_attention(graph, dtype, H, F) + 3 * E * (idx + H * isz + H * F * isz) + 4 * N * H * F * isz
+
+
+def gatv2_attention(graph, dtype, H, F):
+    """indices, x_dst once, x_src gathered per edge (serving the score and the message), att
+    once, out written; F is the head width D."""
+    E, N, idx, isz = _sizes(graph, dtype)
+    return E * (idx + H * F * isz) + 2 * N * H * F * isz + H * F * isz
+
+
+def gatv2_attention_backward(graph, dtype, H, F):
+    """forward + backward: the forward, row_dot (out and grad_out read), then a pass over rows
+    and one over the transpose (its indices) that each read the indices and gather two node
+    rows per edge (x_src and x_dst, and grad_out for the destinations), and write their gradient."""
+    E, N, idx, isz = _sizes(graph, dtype)
+    node = N * H * F * isz
+    return gatv2_attention(graph, dtype, H, F) + 2 * node + 2 * E * (idx + 2 * H * F * isz) + 4 * node

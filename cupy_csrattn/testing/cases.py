@@ -5,94 +5,14 @@ cupy_csrattn.ops.registry) and knows the naive loop reference's answer. ``check_
 the standard comparison. Every registered op has at least one case (a test checks it).
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from cupy_csrattn.ops.registry import OPS
 from cupy_csrattn.testing import reference as ref
 from cupy_csrattn.testing.arrays import edge_array, make_graph, node_scalars, node_vectors, to_xp
 from cupy_csrattn.testing.compare import check_result, lse_dtype, magnitude
+from cupy_csrattn.testing.fused_cases import FUSED_CASES
 from cupy_csrattn.testing.graphs import num_dst_of
-
-SDDMM_SCALE = 0.7
-ATTN_SCALE = 0.3
-GAT_SLOPE = 0.05
-
-
-def qk_width(F):
-    """q/k feature width D, different from the value width F."""
-    return F + 1
-
-
-@dataclass(frozen=True)
-class OpCase:
-    name: str
-    op: str  # name of the registered op it calls
-    make: object  # (rng, graph, H, F, dtype) -> (args tuple, kwargs dict) of NumPy inputs
-    reference: object  # (graph, args, kwargs) -> tuple of float64 arrays (None where the op returns None)
-    out_index: object = 0  # output that out= receives; None: the op takes no out=
-    lse_index: object = None  # output that is an lse
-    aux: tuple = ()  # positional args that do not take part in dtype promotion (lse)
-    # Positional args that enter the outputs linearly, as terms of sums (weights, values,
-    # features, gradients): the reference on their absolute values gives, per output element,
-    # the sum of its terms' magnitudes, the scale of its rounding error when the sum cancels.
-    summed: tuple = ()
-
-    def __str__(self):
-        return self.name
-
-    def run(self, graph, args, kwargs):
-        result = OPS[self.op].function(graph, *args, **kwargs)
-        return result if isinstance(result, tuple) else (result,)
-
-    def magnitudes(self, graph, args, kwargs):
-        """Per output, the sum of the magnitudes of each element's terms (see ``summed``), or None."""
-        if not self.summed:
-            return None
-        args = tuple(np.abs(a) if i in self.summed and a is not None else a for i, a in enumerate(args))
-        return self.reference(graph, args, kwargs)
-
-    def float_args(self, args, kwargs):
-        """The inputs whose dtypes decide the result dtype."""
-        return [a for i, a in enumerate(args) if a is not None and i not in self.aux]
-
-    def expected_dtype(self, index, args, kwargs):
-        result = np.result_type(*[a.dtype for a in self.float_args(args, kwargs)])
-        return lse_dtype(result) if index == self.lse_index else result
-
-
-# ---------------------------------------------------------------- input makers
-
-
-def _scores(rng, g, H, dtype):
-    return edge_array(rng, len(g.indices), H, dtype, scale=2.0)
-
-
-def _values(rng, g, H, F, dtype):
-    return node_vectors(rng, g.num_src, H, F, dtype)
-
-
-def _grad_out(rng, g, H, F, dtype):
-    return node_vectors(rng, num_dst_of(g), H, F, dtype)
-
-
-def _qkv(rng, g, H, F, dtype):
-    D = qk_width(F)
-    return (
-        node_vectors(rng, num_dst_of(g), H, D, dtype),
-        node_vectors(rng, g.num_src, H, D, dtype),
-        _values(rng, g, H, F, dtype),
-    )
-
-
-def _gat_inputs(rng, g, H, F, dtype):
-    return (
-        node_scalars(rng, num_dst_of(g), H, dtype),
-        node_scalars(rng, g.num_src, H, dtype),
-        _values(rng, g, H, F, dtype),
-    )
-
+from cupy_csrattn.testing.opcase import SDDMM_SCALE, OpCase, make_grad_out, make_scores, make_values
 
 CASES = []
 
@@ -105,13 +25,13 @@ def _case(**kw):
 _case(
     name="edge_softmax",
     op="edge_softmax",
-    make=lambda rng, g, H, F, dt: ((_scores(rng, g, H, dt),), {}),
+    make=lambda rng, g, H, F, dt: ((make_scores(rng, g, H, dt),), {}),
     reference=lambda g, a, kw: (ref.edge_softmax(g.indptr, a[0])[0],),
 )
 
 
 def _make_softmax_backward(rng, g, H, F, dt):
-    probs = ref.edge_softmax(g.indptr, _scores(rng, g, H, dt))[0].astype(dt)
+    probs = ref.edge_softmax(g.indptr, make_scores(rng, g, H, dt))[0].astype(dt)
     return (probs, edge_array(rng, len(g.indices), H, dt)), {}
 
 
@@ -127,14 +47,14 @@ _case(
     name="spmm",
     summed=(0, 1),
     op="spmm",
-    make=lambda rng, g, H, F, dt: ((edge_array(rng, len(g.indices), H, dt), _values(rng, g, H, F, dt)), {}),
+    make=lambda rng, g, H, F, dt: ((edge_array(rng, len(g.indices), H, dt), make_values(rng, g, H, F, dt)), {}),
     reference=lambda g, a, kw: (ref.spmm(g.indptr, g.indices, a[0], a[1]),),
 )
 _case(
     name="spmm_unweighted",
     summed=(1,),
     op="spmm",
-    make=lambda rng, g, H, F, dt: ((None, _values(rng, g, H, F, dt)), {}),
+    make=lambda rng, g, H, F, dt: ((None, make_values(rng, g, H, F, dt)), {}),
     reference=lambda g, a, kw: (ref.spmm(g.indptr, g.indices, None, a[1]),),
 )
 _case(
@@ -143,7 +63,7 @@ _case(
     op="spmm_backward",
     out_index=None,
     make=lambda rng, g, H, F, dt: (
-        (edge_array(rng, len(g.indices), H, dt), _values(rng, g, H, F, dt), _grad_out(rng, g, H, F, dt)),
+        (edge_array(rng, len(g.indices), H, dt), make_values(rng, g, H, F, dt), make_grad_out(rng, g, H, F, dt)),
         {},
     ),
     reference=lambda g, a, kw: ref.spmm_backward(g.indptr, g.indices, *a),
@@ -153,7 +73,7 @@ _case(
     summed=(1, 2),
     op="spmm_backward",
     out_index=None,
-    make=lambda rng, g, H, F, dt: ((None, _values(rng, g, H, F, dt), _grad_out(rng, g, H, F, dt)), {}),
+    make=lambda rng, g, H, F, dt: ((None, make_values(rng, g, H, F, dt), make_grad_out(rng, g, H, F, dt)), {}),
     reference=lambda g, a, kw: ref.spmm_backward(g.indptr, g.indices, *a),
 )
 
@@ -224,7 +144,7 @@ _case(
     name="attention_aggregate",
     summed=(1,),
     op="attention_aggregate",
-    make=lambda rng, g, H, F, dt: ((_scores(rng, g, H, dt), _values(rng, g, H, F, dt)), {}),
+    make=lambda rng, g, H, F, dt: ((make_scores(rng, g, H, dt), make_values(rng, g, H, F, dt)), {}),
     reference=lambda g, a, kw: (ref.attention_aggregate(g.indptr, g.indices, *a)[0],),
 )
 _case(
@@ -232,7 +152,7 @@ _case(
     summed=(1,),
     op="attention_aggregate",
     lse_index=1,
-    make=lambda rng, g, H, F, dt: ((_scores(rng, g, H, dt), _values(rng, g, H, F, dt)), {"return_lse": True}),
+    make=lambda rng, g, H, F, dt: ((make_scores(rng, g, H, dt), make_values(rng, g, H, F, dt)), {"return_lse": True}),
     reference=lambda g, a, kw: ref.attention_aggregate(g.indptr, g.indices, *a),
 )
 _case(
@@ -240,7 +160,7 @@ _case(
     op="attention_aggregate_backward",
     out_index=None,
     make=lambda rng, g, H, F, dt: (
-        (_scores(rng, g, H, dt), _values(rng, g, H, F, dt), _grad_out(rng, g, H, F, dt)),
+        (make_scores(rng, g, H, dt), make_values(rng, g, H, F, dt), make_grad_out(rng, g, H, F, dt)),
         {},
     ),
     reference=lambda g, a, kw: ref.attention_aggregate_backward(g.indptr, g.indices, *a),
@@ -248,9 +168,9 @@ _case(
 
 
 def _make_aggregate_backward_lse(rng, g, H, F, dt):
-    scores, values = _scores(rng, g, H, dt), _values(rng, g, H, F, dt)
+    scores, values = make_scores(rng, g, H, dt), make_values(rng, g, H, F, dt)
     lse = ref.attention_aggregate(g.indptr, g.indices, scores, values)[1]
-    return (scores, values, _grad_out(rng, g, H, F, dt)), {"lse": lse.astype(lse_dtype(dt))}
+    return (scores, values, make_grad_out(rng, g, H, F, dt)), {"lse": lse.astype(lse_dtype(dt))}
 
 
 _case(
@@ -261,87 +181,7 @@ _case(
     reference=lambda g, a, kw: ref.attention_aggregate_backward(g.indptr, g.indices, *a),
 )
 
-# graph_attention ---------------------------------------------------------------
-_case(
-    name="graph_attention",
-    summed=(2,),
-    op="graph_attention",
-    make=lambda rng, g, H, F, dt: (_qkv(rng, g, H, F, dt), {}),
-    reference=lambda g, a, kw: (ref.graph_attention(g.indptr, g.indices, *a)[0],),
-)
-_case(
-    name="graph_attention_lse_scale",
-    summed=(2,),
-    op="graph_attention",
-    lse_index=1,
-    make=lambda rng, g, H, F, dt: (_qkv(rng, g, H, F, dt), {"scale": ATTN_SCALE, "return_lse": True}),
-    reference=lambda g, a, kw: ref.graph_attention(g.indptr, g.indices, *a, scale=kw["scale"]),
-)
-
-
-def _make_graph_attention_backward(scale):
-    def make(rng, g, H, F, dt):
-        q, k, v = _qkv(rng, g, H, F, dt)
-        out, lse = ref.graph_attention(g.indptr, g.indices, q, k, v, scale=scale)
-        args = (q, k, v, out.astype(dt), _grad_out(rng, g, H, F, dt), lse.astype(lse_dtype(dt)))
-        return args, ({} if scale is None else {"scale": scale})
-
-    return make
-
-
-for _scale, _suffix in [(None, ""), (ATTN_SCALE, "_scale")]:
-    _case(
-        name="graph_attention_backward" + _suffix,
-        op="graph_attention_backward",
-        out_index=None,
-        aux=(5,),
-        make=_make_graph_attention_backward(_scale),
-        reference=lambda g, a, kw: ref.graph_attention_backward(
-            g.indptr, g.indices, a[0], a[1], a[2], a[4], scale=kw.get("scale")
-        ),
-    )
-
-# gat_attention -----------------------------------------------------------------
-_case(
-    name="gat_attention",
-    summed=(2,),
-    op="gat_attention",
-    make=lambda rng, g, H, F, dt: (_gat_inputs(rng, g, H, F, dt), {}),
-    reference=lambda g, a, kw: (ref.gat_attention(g.indptr, g.indices, *a)[0],),
-)
-_case(
-    name="gat_attention_lse_slope",
-    summed=(2,),
-    op="gat_attention",
-    lse_index=1,
-    make=lambda rng, g, H, F, dt: (_gat_inputs(rng, g, H, F, dt), {"negative_slope": GAT_SLOPE, "return_lse": True}),
-    reference=lambda g, a, kw: ref.gat_attention(g.indptr, g.indices, *a, negative_slope=kw["negative_slope"]),
-)
-
-
-def _make_gat_backward(slope):
-    def make(rng, g, H, F, dt):
-        a_dst, a_src, values = _gat_inputs(rng, g, H, F, dt)
-        out, lse = ref.gat_attention(
-            g.indptr, g.indices, a_dst, a_src, values, negative_slope=0.2 if slope is None else slope
-        )
-        args = (a_dst, a_src, values, out.astype(dt), _grad_out(rng, g, H, F, dt), lse.astype(lse_dtype(dt)))
-        return args, ({} if slope is None else {"negative_slope": slope})
-
-    return make
-
-
-for _slope, _suffix in [(None, ""), (GAT_SLOPE, "_slope")]:
-    _case(
-        name="gat_attention_backward" + _suffix,
-        op="gat_attention_backward",
-        out_index=None,
-        aux=(5,),
-        make=_make_gat_backward(_slope),
-        reference=lambda g, a, kw: ref.gat_attention_backward(
-            g.indptr, g.indices, a[0], a[1], a[2], a[4], negative_slope=kw.get("negative_slope", 0.2)
-        ),
-    )
+CASES += FUSED_CASES
 
 CASE_BY_NAME = {case.name: case for case in CASES}
 assert len(CASE_BY_NAME) == len(CASES)

@@ -274,3 +274,52 @@ def gat_attention_backward(indptr, indices, a_dst, a_src, values, grad_out, nega
             grad_z[e, h] = g[e, h] * leaky_relu_grad(z[e, h], negative_slope)
     grad_a_dst, grad_a_src = sddmm_backward(indptr, indices, a_dst, a_src, _drop(grad_z, heads), "add")
     return grad_a_dst, grad_a_src, grad_values
+
+
+def _gatv2_operands(x_dst, x_src, att):
+    """(x_dst, x_src as (N, H, D), att as (H, D), had_head_axis)."""
+    xd, heads = _node_vec(x_dst)
+    xs, _ = _node_vec(x_src)
+    a = _f64(att)
+    return xd, xs, (a[None, :] if a.ndim == 1 else a), heads
+
+
+def _gatv2_scores(indptr, indices, xd, xs, a, negative_slope):
+    """(E, H) scores sum_k att[h, k] * leaky_relu(x_dst[d, h, k] + x_src[s, h, k])."""
+    src = _ints(indices)
+    scores = np.zeros((len(src), xd.shape[1]))
+    for d, start, stop in _rows(indptr):
+        for h in range(xd.shape[1]):
+            for e in range(start, stop):
+                z = xd[d, h] + xs[src[e], h]
+                scores[e, h] = math.fsum(a[h, k] * leaky_relu(z[k], negative_slope) for k in range(len(z)))
+    return scores
+
+
+def gatv2_attention(indptr, indices, x_dst, x_src, att, negative_slope=0.2):
+    """softmax_e(sum_k att[k] * leaky_relu(x_dst[d] + x_src[s])[k]) weighting x_src[s] -> (out, lse)."""
+    xd, xs, a, heads = _gatv2_operands(x_dst, x_src, att)
+    scores = _gatv2_scores(indptr, indices, xd, xs, a, negative_slope)
+    out, lse = attention_aggregate(indptr, indices, scores, xs)
+    return _drop(out, heads), _drop(lse, heads)
+
+
+def gatv2_attention_backward(indptr, indices, x_dst, x_src, att, grad_out, negative_slope=0.2):
+    """-> (grad_x_dst, grad_x_src, grad_att); recomputes the forward."""
+    xd, xs, a, heads = _gatv2_operands(x_dst, x_src, att)
+    go, _ = _node_vec(grad_out)
+    scores = _gatv2_scores(indptr, indices, xd, xs, a, negative_slope)
+    grad_scores, grad_xs = attention_aggregate_backward(indptr, indices, scores, xs, go)
+    grad_xd = np.zeros_like(xd)
+    grad_a = np.zeros_like(a)
+    src = _ints(indices)
+    for d, start, stop in _rows(indptr):
+        for h in range(xd.shape[1]):
+            for e in range(start, stop):
+                z = xd[d, h] + xs[src[e], h]
+                for k in range(len(z)):
+                    grad_z = grad_scores[e, h] * a[h, k] * leaky_relu_grad(z[k], negative_slope)
+                    grad_xd[d, h, k] += grad_z
+                    grad_xs[src[e], h, k] += grad_z
+                    grad_a[h, k] += grad_scores[e, h] * leaky_relu(z[k], negative_slope)
+    return _drop(grad_xd, heads), _drop(grad_xs, heads), (grad_a if np.ndim(att) == 2 else grad_a[0])
