@@ -36,8 +36,8 @@ class Placement:
 
     def dense_input(self, x, dtype, shape):
         """x (neither a node nor an edge array: a parameter) as a C-contiguous array of ``shape``."""
-        x = backend.to_device(x, self.on_gpu)
-        return self.xp.ascontiguousarray(x.astype(dtype, copy=False)).reshape(shape)
+        placed = self.xp.ascontiguousarray(backend.to_device(x, self.on_gpu).astype(dtype, copy=False))
+        return self._converted(x, placed).reshape(shape)
 
     def edge_input(self, x, dtype):
         """(E, H) array in graph edge order."""
