@@ -57,39 +57,42 @@ def _probe(function, inputs, kwargs):
     """Run the single-device op on an empty graph with empty arrays of the inputs' dtypes and
     trailing shapes: it checks them (errors naming the argument) and gives each result's dtype
     and trailing shape (None for a result the op does not return)."""
-    empty = [None if x is None else np.empty((0,) + tuple(x.shape[1:]), x.dtype) for _, x, _ in inputs]
-    results = function(_probe_graph(), *empty, **kwargs)
+    empty = [None if x is None else np.empty((0,) + tuple(x.shape[1:]), x.dtype) for _, x, _, _ in inputs]
+    positional = [a for a, (_, _, _, keyword) in zip(empty, inputs) if not keyword]
+    kwargs = dict(kwargs, **{name: a for a, (name, _, _, keyword) in zip(empty, inputs) if keyword})
+    results = function(_probe_graph(), *positional, **kwargs)
     results = results if isinstance(results, tuple) else (results,)
     return [None if r is None else (r.dtype, r.shape[1:]) for r in results]
 
 
 def _blocks(pg, inputs):
     """Futures of each input's chunks, by partition (None for absent inputs)."""
-    given = [x for _, x, _ in inputs if x is not None]
+    given = [x for _, x, _, _ in inputs if x is not None]
     futures = pg.client.compute([block for x in given for block in x.to_delayed().ravel()])
     futures = iter(futures)
-    return [None if x is None else [next(futures) for _ in range(pg.npartitions)] for _, x, _ in inputs]
+    return [None if x is None else [next(futures) for _ in range(pg.npartitions)] for _, x, _, _ in inputs]
 
 
 def call(pg, function, inputs, kwargs, sides, timeout):
     """Run ``function`` (a single-device op) on every partition.
 
-    inputs: [(name, dask array or None, side)] in the op's positional order after the graph;
-    kwargs: its keyword arguments; sides: the side of each of its results. Returns its
-    results as dask arrays chunked by the partition (None where it returns None), a tuple
-    when the op returns a tuple.
+    inputs: [(name, dask array or None, side, keyword)] in the op's order after the graph,
+    keyword True for an array the op takes by keyword; kwargs: its other keyword arguments;
+    sides: the side of each of its results. Returns its results as dask arrays chunked by
+    the partition (None where it returns None), a tuple when the op returns a tuple.
     """
     if not isinstance(pg, PartitionedGraph):
         raise TypeError(f"graph must be a PartitionedGraph, got {type(pg).__name__}")
     timeout = check_timeout(timeout)
-    inputs = [(name, None if x is None else check_array(pg, name, x, side), side) for name, x, side in inputs]
+    inputs = [(name, None if x is None else check_array(pg, name, x, side), side, kw) for name, x, side, kw in inputs]
+    keywords = [name if keyword else None for name, _, _, keyword in inputs]
     shapes = _probe(function, inputs, kwargs)
     client, workers, parts = pg.client, pg.workers, range(pg.npartitions)
     blocks = _blocks(pg, inputs)
     locals_ = []
     for q in parts:
         arguments = []
-        for (_, x, side), chunks in zip(inputs, blocks):
+        for (_, x, side, _), chunks in zip(inputs, blocks):
             if x is None or side != "src":
                 arguments.append(None if x is None else chunks[q])
                 continue
@@ -106,6 +109,7 @@ def call(pg, function, inputs, kwargs, sides, timeout):
                 function,
                 pg.local_graphs[q],
                 arguments,
+                keywords,
                 kwargs,
                 cut,
                 workers=[workers[q]],
@@ -129,7 +133,7 @@ def call(pg, function, inputs, kwargs, sides, timeout):
             waiting[q].append(pieces[q])
         outputs.append((side, shape, pieces))
     wait_for(client, waiting, timeout, pg, f"{function.__name__} on {pg!r}")
-    like = next(x for _, x, _ in inputs if x is not None)
+    like = next(x for _, x, _, _ in inputs if x is not None)
     arrays = tuple(None if o is None else _assemble(pg, like, *o) for o in outputs)
     return arrays if len(arrays) > 1 else arrays[0]
 
@@ -155,4 +159,6 @@ def _assemble(pg, like, side, shape, futures):
         da.from_delayed(future, shape=(rows,) + tuple(trailing), dtype=dtype, meta=meta)
         for future, rows in zip(futures, chunks)
     ]
-    return parts[0] if len(parts) == 1 else da.concatenate(parts, axis=0)
+    whole = parts[0] if len(parts) == 1 else da.concatenate(parts, axis=0)
+    # concatenate drops empty chunks; an empty partition keeps its (empty) chunk
+    return whole if whole.chunks[0] == chunks else whole.rechunk({0: chunks})

@@ -20,7 +20,8 @@ from cupy_csrattn.distributed import exchange
 from cupy_csrattn.distributed.graph import DEFAULT_TIMEOUT
 from cupy_csrattn.ops.registry import OPS
 
-# The side of each positional array argument and of each result, by op name.
+# By op name: (name, side[, "keyword"]) of each array argument after the graph, in the op's
+# order ("keyword": the op takes it by keyword), and the side of each result.
 SIGNATURES = {
     "edge_softmax": ((("scores", "edge"),), ("edge",)),
     "edge_softmax_backward": ((("probs", "edge"), ("grad_probs", "edge")), ("edge",)),
@@ -30,7 +31,7 @@ SIGNATURES = {
     "sddmm_backward": ((("dst_feat", "dst"), ("src_feat", "src"), ("grad_scores", "edge")), ("dst", "src")),
     "attention_aggregate": ((("scores", "edge"), ("values", "src")), ("dst", "dst")),
     "attention_aggregate_backward": (
-        (("scores", "edge"), ("values", "src"), ("grad_out", "dst"), ("lse", "dst")),
+        (("scores", "edge"), ("values", "src"), ("grad_out", "dst"), ("lse", "dst", "keyword")),
         ("edge", "src"),
     ),
     "graph_attention": ((("q", "dst"), ("k", "src"), ("v", "src")), ("dst", "dst")),
@@ -49,7 +50,7 @@ SIGNATURES = {
 def _run(name, graph, arrays, kwargs, timeout):
     """Call the registered op ``name`` on every partition of graph."""
     parameters, sides = SIGNATURES[name]
-    inputs = [(argument, x, side) for (argument, side), x in zip(parameters, arrays)]
+    inputs = [(p[0], x, p[1], len(p) > 2) for p, x in zip(parameters, arrays)]
     return exchange.call(graph, OPS[name].function, inputs, kwargs, sides, timeout)
 
 

@@ -31,18 +31,21 @@ def _concatenate(parts):
     return parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=0)
 
 
-def run_partition(function, graph, arguments, kwargs, splits):
+def run_partition(function, graph, arguments, keywords, kwargs, splits):
     """Call a single-device op on a partition's local graph.
 
-    arguments: one entry per positional array argument: None, an array (destination-side or
-    edge array), or a list ``[own rows, halo from one owner, ...]`` (source-side array,
-    concatenated in the local graph's column order). splits: one entry per result: None to
+    arguments: one entry per array argument: None, an array (destination-side or edge array),
+    or a list ``[own rows, halo from one owner, ...]`` (source-side array, concatenated in the
+    local graph's column order); keywords: for each, None (passed by position) or the keyword
+    it is passed by; kwargs: the op's other keyword arguments. splits: one entry per result: None to
     keep it whole, or the list of halo row counts by owner that cut a source-side result
     into its own rows and the piece for each owner. Returns the results, flattened: a cut
     result gives its own rows then its pieces, in owner order.
     """
     arrays = [_concatenate(a) if isinstance(a, list) else a for a in arguments]
-    results = function(graph, *arrays, **kwargs)
+    positional = [a for a, keyword in zip(arrays, keywords) if keyword is None]
+    kwargs = dict(kwargs, **{keyword: a for a, keyword in zip(arrays, keywords) if keyword is not None})
+    results = function(graph, *positional, **kwargs)
     results = results if isinstance(results, tuple) else (results,)
     flat = []
     for result, counts in zip(results, splits):
