@@ -3,6 +3,8 @@
 and destination-side or edge results exactly; source-side gradients, summed across
 partitions, at the project's tolerance against the float64 reference), and the errors."""
 
+import os
+import pathlib
 import subprocess
 import sys
 import threading
@@ -60,7 +62,7 @@ GRAPHS = {
 @pytest.fixture(scope="module")
 def client():
     with (
-        distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as cluster,
+        distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster,
         distributed.Client(cluster) as client,
     ):
         yield client
@@ -242,7 +244,7 @@ def test_wrong_set_up_is_named(client):
 
 def test_client_without_workers():
     with (
-        distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster,
+        distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster,
         distributed.Client(cluster) as empty,
     ):
         with pytest.raises(ValueError, match="client has no workers"):
@@ -289,3 +291,18 @@ def test_cupy_chunks(partitioned):
     for result, want in zip(got[1:], expected[1:]):
         assert_close(result.compute(), want, np.float32, scale=magnitude(*[e.get() for e in expected]))
     assert RTOL[np.dtype(np.float32)] == 1e-5
+
+
+def test_example_runs_and_checks_itself():
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run(
+        [sys.executable, str(root / "examples" / "dask_attention.py"), "--nodes", "3000", "--degree", "8"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "graph_attention: forward" in result.stdout and "gat_attention: forward" in result.stdout
+    assert "forward equal" in result.stdout and "DIFFERENT" not in result.stdout
