@@ -306,3 +306,15 @@ def test_example_runs_and_checks_itself():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "graph_attention: forward" in result.stdout and "gat_attention: forward" in result.stdout
     assert "forward equal" in result.stdout and "DIFFERENT" not in result.stdout
+
+
+def test_local_graphs_keep_their_cache_on_the_workers(client, partitioned):
+    """The transpose a backward builds stays on the partition's graph, on its worker, for the next call."""
+    pg = partitioned("square", 2)
+    _check_case(pg, _square(), CASE_BY_NAME["spmm_backward"], H=2)
+    first = [client.submit(lambda g: (id(g), sorted(map(str, g._cache))), f, pure=False) for f in pg.local_graphs]
+    first = client.gather(first)
+    assert all("transpose" in keys for _, keys in first)
+    again = client.gather([client.submit(lambda g: id(g), f, pure=False) for f in pg.local_graphs])
+    assert again == [ident for ident, _ in first]
+    assert client.who_has(pg.local_graphs) == {f.key: (w,) for f, w in zip(pg.local_graphs, pg.workers)}
