@@ -770,6 +770,7 @@ def test_test_extra_holds_no_cupy_and_nvrtc_has_its_own_extra():
     extras = pyproject()["optional-dependencies"]
     assert not [r for r in extras["test"] if "cupy" in r.lower()], extras["test"]
     assert extras["nvrtc"] == ["cupy-cuda13x[ctk]>=14"]
+    assert extras["distributed"] == ["dask[array]>=2024.1", "distributed>=2024.1"]
     assert all(len([r for r in reqs if "cupy" in r.lower()]) <= 1 for reqs in extras.values())
 
 
@@ -782,7 +783,7 @@ def readme_test_command():
 
 def test_readme_test_command_is_one_command_that_ci_runs():
     command = readme_test_command()
-    assert command == 'python3 -m pip install ".[test,nvrtc]" && python3 -m pytest -q'
+    assert command == 'python3 -m pip install ".[test,nvrtc,distributed]" && python3 -m pytest -q'
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     install, run = (part.strip() for part in command.split("&&"))
     assert install in ci and run in ci

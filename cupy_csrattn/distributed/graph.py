@@ -1,0 +1,206 @@
+"""PartitionedGraph: a graph cut into contiguous row blocks, one per Dask worker.
+
+Set-up sends each partition its rows' slice of the CSR arrays; the partition's worker builds
+its local CSRGraph (columns renumbered ``[own sources | halo by owner]``) and the lists of
+rows it reads from each owner, and each list goes to its owner, once. Between calls the
+local graph (with the plan and transpose the ops cache on it) stays on its worker and each
+halo list on its owner's worker, as Dask futures pinned there.
+"""
+
+import dask.array as da
+import distributed
+import numpy as np
+
+from cupy_csrattn.distributed import partition, tasks
+from cupy_csrattn.graph import CSRGraph
+
+DEFAULT_TIMEOUT = 300.0  # seconds a call (or the set-up) waits for its partitions
+
+
+def workers_of(client):
+    """The addresses of the client's workers, sorted; ValueError when there are none."""
+    if not isinstance(client, distributed.Client):
+        raise TypeError(f"client must be a distributed.Client, got {type(client).__name__}")
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        raise ValueError("client has no workers: start the cluster's workers (or wait for them) first")
+    return workers
+
+
+def check_timeout(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+    return float(timeout)
+
+
+def _chunks(bounds):
+    return tuple(int(n) for n in np.diff(bounds))
+
+
+class PartitionedGraph:
+    """A graph cut into contiguous blocks of destination rows, each living on a Dask worker.
+
+    Build one with ``from_scipy`` or ``from_graph``. Node arrays given to the ops in
+    ``cupy_csrattn.distributed`` are dask arrays chunked along axis 0 by ``row_chunks``
+    (destination side) or ``src_chunks`` (source side; the same as ``row_chunks`` for a
+    square graph), edge arrays by ``edge_chunks`` (the graph's CSR edge order); other axes
+    are one chunk. ``as_node_array`` and ``as_edge_array`` chunk an array so.
+
+    Attributes
+    ----------
+    client : distributed.Client
+    npartitions : int
+    workers : list of str, the worker address of each partition (round robin over the
+        client's workers, sorted by address)
+    bounds, src_bounds : (npartitions + 1,) int64 arrays of destination-row and source-node bounds
+    edge_bounds : (npartitions + 1,) int64 array, ``indptr[bounds]``
+    halo_rows : (npartitions, npartitions) int64 array, ``halo_rows[q, p]`` the source rows
+        partition q reads from owner p
+    local_graphs : list of Futures of each partition's local CSRGraph, on its worker
+    halo_lists : dict {(q, p): Future}, the rows of p's block that q reads, on p's worker
+    """
+
+    def __init__(self, graph, client, npartitions=None, *, timeout=DEFAULT_TIMEOUT):
+        if not isinstance(graph, CSRGraph):
+            raise TypeError(f"graph must be a CSRGraph, got {type(graph).__name__}")
+        workers = workers_of(client)
+        if npartitions is None:
+            npartitions = len(workers)
+        if isinstance(npartitions, bool) or not isinstance(npartitions, (int, np.integer)) or npartitions < 1:
+            raise ValueError(f"npartitions must be an integer >= 1, got {npartitions!r}")
+        timeout = check_timeout(timeout)
+        graph = graph.to_cpu()
+        npartitions = int(npartitions)
+        self.client = client
+        self.npartitions = npartitions
+        self.workers = [workers[q % len(workers)] for q in range(npartitions)]
+        self.num_dst, self.num_src, self.num_edges = graph.num_dst, graph.num_src, graph.num_edges
+        self.bounds = partition.row_bounds(graph.indptr, npartitions)
+        self.bipartite = graph.num_src != graph.num_dst
+        if self.bipartite:
+            self.src_bounds = partition.source_bounds(graph.indices, graph.num_src, npartitions)
+        else:
+            self.src_bounds = self.bounds
+        self.edge_bounds = np.asarray(graph.indptr, dtype=np.int64)[self.bounds]
+        self._set_up(graph, timeout)
+
+    def _set_up(self, graph, timeout):
+        client, built = self.client, []
+        for q in range(self.npartitions):
+            rows = slice(int(self.bounds[q]), int(self.bounds[q + 1]) + 1)
+            edges = slice(int(self.edge_bounds[q]), int(self.edge_bounds[q + 1]))
+            block = client.scatter([graph.indptr[rows], graph.indices[edges]], workers=[self.workers[q]], hash=False)
+            built.append(
+                client.submit(tasks.build_partition, *block, self.src_bounds, q, workers=[self.workers[q]], pure=False)
+            )
+        counts = [client.submit(tasks.item, b, 2, workers=[w], pure=False) for b, w in zip(built, self.workers)]
+        self.local_graphs = [
+            client.submit(tasks.item, b, 0, workers=[w], pure=False) for b, w in zip(built, self.workers)
+        ]
+        wait_for(
+            client, {q: [counts[q], self.local_graphs[q]] for q in range(self.npartitions)}, timeout, self, "set-up"
+        )
+        self.halo_rows = np.array(client.gather(counts), dtype=np.int64).reshape(self.npartitions, self.npartitions)
+        self.halo_lists = {}
+        for q, p in zip(*np.nonzero(self.halo_rows)):
+            needs = client.submit(tasks.item, built[q], 1, workers=[self.workers[q]], pure=False)
+            self.halo_lists[int(q), int(p)] = client.submit(
+                tasks.item, needs, int(p), workers=[self.workers[p]], pure=False
+            )
+        wait_for(
+            client,
+            {p: [f for (_, o), f in self.halo_lists.items() if o == p] for p in range(self.npartitions)},
+            timeout,
+            self,
+            "set-up",
+        )
+
+    @classmethod
+    def from_graph(cls, graph, client, npartitions=None, *, timeout=DEFAULT_TIMEOUT):
+        """Partition a CSRGraph (a GPU graph is partitioned from its host copy) over the client's
+        workers: ``npartitions`` blocks (default: one per worker), assigned round robin."""
+        return cls(graph, client, npartitions, timeout=timeout)
+
+    @classmethod
+    def from_scipy(cls, matrix, client, npartitions=None, *, timeout=DEFAULT_TIMEOUT):
+        """Partition a scipy.sparse (or cupyx) matrix of shape (num_dst, num_src), as
+        ``CSRGraph.from_scipy``: edge arrays then follow a CSR matrix's stored order (for CSC
+        and COO, the graph's CSR order, see CSRGraph.from_scipy)."""
+        return cls(CSRGraph.from_scipy(matrix), client, npartitions, timeout=timeout)
+
+    # -- chunking ------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return (self.num_dst, self.num_src)
+
+    @property
+    def row_chunks(self):
+        """Rows of each partition: the axis-0 chunks of destination-side node arrays."""
+        return _chunks(self.bounds)
+
+    @property
+    def src_chunks(self):
+        """Source nodes of each partition: the axis-0 chunks of source-side node arrays."""
+        return _chunks(self.src_bounds)
+
+    @property
+    def edge_chunks(self):
+        """Edges of each partition: the axis-0 chunks of edge arrays."""
+        return _chunks(self.edge_bounds)
+
+    def chunks_of(self, side):
+        """Axis-0 chunks for ``side``: "dst", "src" or "edge"."""
+        table = {"dst": self.row_chunks, "src": self.src_chunks, "edge": self.edge_chunks}
+        if side not in table:
+            raise ValueError(f"side must be one of {tuple(table)}, got {side!r}")
+        return table[side]
+
+    def _as_dask(self, x, side):
+        chunks = (self.chunks_of(side),) + tuple((n,) for n in x.shape[1:])
+        if isinstance(x, da.Array):
+            return x.rechunk(chunks)
+        return da.from_array(x, chunks=chunks, asarray=False)
+
+    def as_node_array(self, x, side="dst"):
+        """x (NumPy, CuPy or dask array) as a dask array chunked for ``side`` ("dst" or "src")."""
+        if side not in ("dst", "src"):
+            raise ValueError(f"side must be 'dst' or 'src', got {side!r}")
+        return self._as_dask(x, side)
+
+    def as_edge_array(self, x):
+        """x (NumPy, CuPy or dask array) as a dask array chunked by ``edge_chunks``."""
+        return self._as_dask(x, "edge")
+
+    def describe(self, q):
+        """One partition in words, for messages."""
+        return (
+            f"partition {q} of {self.npartitions} (worker {self.workers[q]}, rows "
+            f"{self.bounds[q]}:{self.bounds[q + 1]}, edges {self.edge_bounds[q]}:{self.edge_bounds[q + 1]})"
+        )
+
+    def __repr__(self):
+        return (
+            f"PartitionedGraph(num_dst={self.num_dst}, num_src={self.num_src}, num_edges={self.num_edges}, "
+            f"npartitions={self.npartitions}, halo_rows={int(self.halo_rows.sum())})"
+        )
+
+
+def wait_for(client, futures_by_partition, timeout, graph, what):
+    """Wait for every partition's futures; TimeoutError naming the partitions still running
+    (their futures are cancelled), or the first error a partition raised."""
+    everything = [f for futures in futures_by_partition.values() for f in futures]
+    try:
+        distributed.wait(everything, timeout=timeout)
+    except (TimeoutError, distributed.TimeoutError):
+        late = [q for q, futures in futures_by_partition.items() if any(not f.done() for f in futures)]
+        client.cancel(everything)
+        names = "; ".join(graph.describe(q) for q in late)
+        raise TimeoutError(f"{what} did not finish within {timeout} s: {names} (a worker lost, busy or hung)") from None
+    for q, futures in futures_by_partition.items():
+        for future in futures:
+            if future.status == "error":
+                future.result()  # raises the partition's own error
+            elif future.status != "finished":
+                raise RuntimeError(f"{what} failed on {graph.describe(q)}: its task was {future.status}")

@@ -1,0 +1,321 @@
+"""cupy_csrattn.distributed on a LocalCluster of 2 worker processes: every op and backward on
+1, 2 and 3 partitions against the single-process call on the whole graph (forward results
+and destination-side or edge results exactly; source-side gradients, summed across
+partitions, at the project's tolerance against the float64 reference), and the errors."""
+
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import dask.array as da  # noqa: E402
+import scipy.sparse  # noqa: E402
+from helpers import require_cupy  # noqa: E402
+
+import cupy_csrattn as ca  # noqa: E402
+import cupy_csrattn.distributed as cad  # noqa: E402
+from cupy_csrattn.distributed import partition  # noqa: E402
+from cupy_csrattn.ops.registry import OPS  # noqa: E402
+from cupy_csrattn.testing import graphs as named  # noqa: E402
+from cupy_csrattn.testing.cases import CASE_BY_NAME, CASES  # noqa: E402
+from cupy_csrattn.testing.compare import assert_close, magnitude  # noqa: E402
+
+F = 3
+
+
+def _square():
+    """Square (sources = destinations): empty rows, and duplicates (12 sources for 26 edges)."""
+    return named.from_degrees([3, 0, 5, 2, 0, 4, 1, 6, 0, 2, 3, 0], num_src=12, seed=5)
+
+
+def _no_halo():
+    """Two blocks that read only their own sources: with 2 partitions, no halo at all."""
+    rows = [[0, 2, 2], [1], [0, 1, 2, 3], [], [4, 5, 1], [3, 3]]
+    return named.from_rows(rows + [[s + 6 for s in row] for row in rows], num_src=12)
+
+
+def _hub_first():
+    """A first row with every edge, then empty rows: with 3 partitions, the middle one is empty."""
+    return named.from_rows([[2, 0, 1, 2, 3, 3, 1, 0, 2, 1, 3, 0, 0, 2, 1, 3, 2, 0, 1, 3], [], [], []], num_src=4)
+
+
+GRAPHS = {
+    "square": _square,
+    "no_halo": _no_halo,
+    "hub_first": _hub_first,
+    "duplicates": named.duplicates,  # bipartite: 5 rows, 4 sources
+    "zero_degree_rows": named.zero_degree_rows,  # bipartite: 11 rows, 8 sources
+    "wide": named.wide,  # bipartite: 5 rows, 41 sources
+    "tall": named.tall,  # bipartite: 16 rows, 3 sources
+    "all_rows_empty": named.all_rows_empty,
+    "empty": named.empty,
+}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture(scope="module")
+def partitioned(client):
+    """(graph name, npartitions) -> PartitionedGraph, built once per module."""
+    built = {}
+
+    def get(name, parts):
+        if (name, parts) not in built:
+            g = GRAPHS[name]()
+            built[name, parts] = cad.PartitionedGraph.from_graph(ca.CSRGraph(*g), client, parts)
+        return built[name, parts]
+
+    return get
+
+
+def _dask_args(pg, op, args, kwargs):
+    """The case's NumPy arguments as dask arrays chunked for their sides."""
+    parameters, _ = cad.SIGNATURES[op]
+    side_of = {p[0]: p[1] for p in parameters}
+
+    def convert(x, side):
+        if x is None:
+            return None
+        return pg.as_edge_array(x) if side == "edge" else pg.as_node_array(x, side)
+
+    positional = [convert(x, side) for x, (_, side, *_) in zip(args, parameters)]
+    keywords = {k: convert(v, side_of[k]) if k in side_of else v for k, v in kwargs.items()}
+    return positional, keywords
+
+
+def _check_case(pg, graph, case, H, seed=0):
+    rng = np.random.default_rng(seed)
+    args, kwargs = case.make(rng, graph, H, F, np.float32)
+    expected = case.run(ca.CSRGraph(*graph), args, kwargs)
+    reference = case.reference(graph, args, kwargs)
+    bounds = case.magnitudes(graph, args, kwargs)
+    positional, keywords = _dask_args(pg, case.op, args, kwargs)
+    got = getattr(cad, case.op)(pg, *positional, **keywords)
+    got = got if isinstance(got, tuple) else (got,)
+    _, sides = cad.SIGNATURES[case.op]
+    assert len(got) == len(expected)
+    computed = []
+    for i, (result, want, side) in enumerate(zip(got, expected, sides)):
+        message = f"{case}, output {i} ({side}), {pg!r}"
+        if want is None:
+            assert result is None, message
+            computed.append(None)
+            continue
+        assert isinstance(result, da.Array), message
+        assert result.chunks[0] == pg.chunks_of(side), message
+        value = result.compute()
+        assert isinstance(value, np.ndarray) and value.dtype == want.dtype and value.shape == want.shape, message
+        if side == "src":  # summed over partitions in another order than on one device
+            bound = None if bounds is None else bounds[i]
+            assert_close(value, reference[i], value.dtype, scale=magnitude(*reference), bound=bound, err_msg=message)
+            assert not np.isnan(value).any(), message
+        else:
+            assert np.array_equal(value, want), message
+        computed.append(value)
+    return got, computed
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+@pytest.mark.parametrize("graph_name", sorted(GRAPHS))
+def test_every_op_equals_the_single_process_call(partitioned, graph_name, parts):
+    pg = partitioned(graph_name, parts)
+    graph = GRAPHS[graph_name]()
+    for case in CASES:
+        _check_case(pg, graph, case, H=2)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_every_op_without_heads(partitioned, parts):
+    pg = partitioned("square", parts)
+    for case in CASES:
+        _check_case(pg, _square(), case, H=None, seed=1)
+
+
+def test_the_cases_cover_what_they_claim(partitioned):
+    """The named graphs really have halos, no halo, an empty partition and sources apart."""
+    square = partitioned("square", 3)
+    assert square.halo_rows.sum() > 0 and not square.bipartite
+    assert square.src_chunks == square.row_chunks
+    assert not partitioned("no_halo", 2).halo_rows.any()
+    hub_first = partitioned("hub_first", 3)
+    assert 0 in hub_first.row_chunks and 0 in hub_first.edge_chunks
+    wide = partitioned("wide", 3)
+    assert wide.bipartite and sum(wide.src_chunks) == 41 and wide.halo_rows.sum() > 0
+    assert partitioned("square", 3).workers[2] == partitioned("square", 3).workers[0]  # 3 partitions, 2 workers
+    assert len(set(partitioned("square", 2).workers)) == 2
+
+
+def test_source_gradients_are_reproducible(partitioned):
+    pg = partitioned("square", 3)
+    case = CASE_BY_NAME["graph_attention_backward"]
+    first, values = _check_case(pg, _square(), case, H=2, seed=3)
+    _, again = _check_case(pg, _square(), case, H=2, seed=3)
+    for a, b in zip(values, again):
+        assert np.array_equal(a, b)
+
+
+def test_results_chain_into_the_next_op(client, partitioned):
+    """A forward's dask results feed its backward as they are; from_scipy partitions a matrix."""
+    A = scipy.sparse.random_array((40, 40), density=0.1, format="csr", rng=4)
+    pg = cad.PartitionedGraph.from_scipy(A, client)
+    assert pg.npartitions == 2 and pg.num_edges == A.nnz
+    rng = np.random.default_rng(4)
+    a_dst, a_src = rng.standard_normal((2, 40, 2)).astype(np.float32)
+    values = rng.standard_normal((40, 2, 5)).astype(np.float32)
+    grad_out = rng.standard_normal((40, 2, 5)).astype(np.float32)
+    d_dst, d_src, d_values = pg.as_node_array(a_dst), pg.as_node_array(a_src, "src"), pg.as_node_array(values, "src")
+    out, lse = cad.gat_attention(pg, d_dst, d_src, d_values, return_lse=True)
+    grads = cad.gat_attention_backward(pg, d_dst, d_src, d_values, out, pg.as_node_array(grad_out), lse)
+    want_out, want_lse = ca.gat_attention(A, a_dst, a_src, values, return_lse=True)
+    assert np.array_equal(out.compute(), want_out) and np.array_equal(lse.compute(), want_lse)
+    expected = ca.gat_attention_backward(A, a_dst, a_src, values, want_out, grad_out, want_lse)
+    assert np.array_equal(grads[0].compute(), expected[0])
+    for got, want in zip(grads[1:], expected[1:]):
+        assert_close(got.compute(), want, np.float32, scale=magnitude(*expected))
+
+
+def test_every_registered_op_is_distributed():
+    assert set(cad.SIGNATURES) == set(OPS)
+    for name in OPS:
+        assert callable(getattr(cad, name))
+
+
+def test_importing_the_package_does_not_import_dask():
+    code = "import sys, cupy_csrattn; assert not [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_bounds_balance_edges():
+    indptr = np.array([0, 10, 10, 10, 20, 21, 22, 40])
+    bounds = partition.row_bounds(indptr, 3)
+    assert bounds[0] == 0 and bounds[-1] == 7 and np.all(np.diff(bounds) >= 0)
+    cost = (indptr + np.arange(8))[bounds]
+    assert np.all(np.diff(cost) <= 47 // 3 + 18)  # no block holds more than a third plus the largest row
+    assert list(partition.row_bounds(np.zeros(5, np.int64), 2)) == [0, 2, 4]  # rows spread without edges
+    assert list(partition.row_bounds(np.zeros(1, np.int64), 3)) == [0, 0, 0, 0]
+
+
+# -------------------------------------------------------------------------------- errors
+
+
+def test_wrong_arrays_are_named(partitioned):
+    pg = partitioned("square", 2)
+    scores = np.ones((pg.num_edges, 2), np.float32)
+    with pytest.raises(TypeError, match="scores must be a dask array"):
+        cad.edge_softmax(pg, scores)
+    with pytest.raises(ValueError, match=r"scores is chunked \(13, 13\).*edge_chunks"):
+        cad.edge_softmax(pg, da.from_array(scores, chunks=(13, 2)))
+    with pytest.raises(ValueError, match="scores must be one chunk along every axis but the first"):
+        cad.edge_softmax(pg, da.from_array(scores, chunks=(pg.edge_chunks, 1)))
+    with pytest.raises(ValueError, match="scores has 25 rows, but the graph has 26 edges"):
+        cad.edge_softmax(pg, da.ones((25, 2), chunks=(pg.edge_chunks[:1] + (25 - pg.edge_chunks[0],), 2)))
+    q = pg.as_node_array(np.ones((12, 2, 3), np.float32))
+    with pytest.raises(ValueError, match="k has 4 features"):  # the single-device op's own check
+        cad.graph_attention(pg, q, pg.as_node_array(np.ones((12, 2, 4), np.float32), "src"), q)
+    with pytest.raises(TypeError, match="graph must be a PartitionedGraph"):
+        cad.edge_softmax(ca.CSRGraph(*_square()), pg.as_edge_array(scores))
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        cad.edge_softmax(pg, pg.as_edge_array(scores), timeout=0)
+
+
+def test_wrong_set_up_is_named(client):
+    g = ca.CSRGraph(*_square())
+    with pytest.raises(ValueError, match="npartitions must be an integer >= 1"):
+        cad.PartitionedGraph.from_graph(g, client, 0)
+    with pytest.raises(TypeError, match="client must be a distributed.Client"):
+        cad.PartitionedGraph.from_graph(g, "tcp://127.0.0.1:8786")
+    with pytest.raises(TypeError, match="graph must be a CSRGraph"):
+        cad.PartitionedGraph.from_graph(_square(), client)
+
+
+def test_client_without_workers():
+    with (
+        distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster,
+        distributed.Client(cluster) as empty,
+    ):
+        with pytest.raises(ValueError, match="client has no workers"):
+            cad.PartitionedGraph.from_graph(ca.CSRGraph(*_square()), empty)
+
+
+def test_a_stuck_partition_times_out_with_its_name(client, partitioned):
+    """Partition 1's worker is busy past the timeout (as a lost or hung worker would leave it):
+    the call raises TimeoutError naming partition 1 instead of waiting."""
+    pg = partitioned("square", 2)
+    scores = pg.as_edge_array(np.ones((pg.num_edges, 2), np.float32))
+    release = distributed.Event("release-partition-1", client=client)
+    busy = client.submit(release.wait, 60, workers=[pg.workers[1]], pure=False)
+    timer = threading.Timer(10, release.set)  # never blocks the worker longer than that
+    timer.start()
+    try:
+        start = time.perf_counter()
+        with pytest.raises(TimeoutError, match=r"edge_softmax .* within 0\.5 s: .*partition 1 of 2"):
+            cad.edge_softmax(pg, scores, timeout=0.5)
+        assert time.perf_counter() - start < 5
+    finally:
+        release.set()
+        timer.cancel()
+        busy.result()
+    probs = cad.edge_softmax(pg, scores)  # the graph still works afterwards
+    assert np.array_equal(probs.compute(), ca.edge_softmax(ca.CSRGraph(*_square()), np.ones((26, 2), np.float32)))
+
+
+# -------------------------------------------------------------------------------- CuPy chunks
+
+
+def test_cupy_chunks(partitioned):
+    """CuPy chunks in, CuPy chunks out (on a machine with a GPU; both workers share it here)."""
+    cupy = require_cupy()
+    pg = partitioned("square", 2)
+    case = CASE_BY_NAME["graph_attention_backward"]
+    rng = np.random.default_rng(6)
+    args, kwargs = case.make(rng, _square(), 2, F, np.float32)
+    expected = case.run(ca.CSRGraph(*_square()).to_gpu(), [cupy.asarray(a) for a in args], kwargs)
+    positional, keywords = _dask_args(pg, case.op, [cupy.asarray(a) for a in args], kwargs)
+    got = cad.graph_attention_backward(pg, *positional, **keywords)
+    values = [result.compute() for result in got]
+    assert all(isinstance(value, cupy.ndarray) for value in values)
+    assert bool(cupy.array_equal(values[0], expected[0]))
+    scale = magnitude(*[want.get() for want in expected])
+    for value, want in zip(values[1:], expected[1:]):
+        assert_close(value, want.get(), np.float32, scale=scale)
+
+
+def test_example_runs_and_checks_itself():
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run(
+        [sys.executable, str(root / "examples" / "dask_attention.py"), "--nodes", "3000", "--degree", "8"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "graph_attention: forward" in result.stdout and "gat_attention: forward" in result.stdout
+    assert "forward equal" in result.stdout and "DIFFERENT" not in result.stdout
+
+
+def test_local_graphs_keep_their_cache_on_the_workers(client, partitioned):
+    """The transpose a backward builds stays on the partition's graph, on its worker, for the next call."""
+    pg = partitioned("square", 2)
+    _check_case(pg, _square(), CASE_BY_NAME["spmm_backward"], H=2)
+    first = [client.submit(lambda g: (id(g), sorted(map(str, g._cache))), f, pure=False) for f in pg.local_graphs]
+    first = client.gather(first)
+    assert all("transpose" in keys for _, keys in first)
+    again = client.gather([client.submit(lambda g: id(g), f, pure=False) for f in pg.local_graphs])
+    assert again == [ident for ident, _ in first]
+    assert client.who_has(pg.local_graphs) == {f.key: (w,) for f, w in zip(pg.local_graphs, pg.workers)}
