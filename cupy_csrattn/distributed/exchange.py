@@ -18,6 +18,9 @@ from cupy_csrattn.distributed import tasks
 from cupy_csrattn.distributed.graph import PartitionedGraph, check_timeout, wait_for
 from cupy_csrattn.graph import CSRGraph
 
+# Sides of an array argument: node rows of either side or edges (dask arrays chunked by the
+# partition), or "param": a parameter every partition reads whole (a NumPy or CuPy array).
+# A result's side may also be "sum": each partition's value, summed over partitions.
 SIDES = ("dst", "src", "edge")
 _SIDE_WORDS = {"dst": "row_chunks", "src": "src_chunks", "edge": "edge_chunks"}
 
@@ -27,7 +30,12 @@ def _probe_graph():
 
 
 def check_array(pg, name, x, side):
-    """A dask array chunked for ``side``; TypeError/ValueError naming ``name`` otherwise."""
+    """A dask array chunked for ``side`` (for "param": a whole NumPy or CuPy array);
+    TypeError/ValueError naming ``name`` otherwise."""
+    if side == "param":
+        if isinstance(x, da.Array):
+            raise TypeError(f"{name} is a parameter every partition reads whole: pass a NumPy or CuPy array")
+        return x
     if not isinstance(x, da.Array):
         raise TypeError(
             f"{name} must be a dask array chunked by the partition (graph.as_node_array or "
@@ -57,20 +65,27 @@ def _probe(function, inputs, kwargs):
     """Run the single-device op on an empty graph with empty arrays of the inputs' dtypes and
     trailing shapes: it checks them (errors naming the argument) and gives each result's dtype
     and trailing shape (None for a result the op does not return)."""
-    empty = [None if x is None else np.empty((0,) + tuple(x.shape[1:]), x.dtype) for _, x, _, _ in inputs]
+    empty = [
+        None if x is None else np.asarray(x) if side == "param" else np.empty((0,) + tuple(x.shape[1:]), x.dtype)
+        for _, x, side, _ in inputs
+    ]
     positional = [a for a, (_, _, _, keyword) in zip(empty, inputs) if not keyword]
     kwargs = dict(kwargs, **{name: a for a, (name, _, _, keyword) in zip(empty, inputs) if keyword})
     results = function(_probe_graph(), *positional, **kwargs)
     results = results if isinstance(results, tuple) else (results,)
-    return [None if r is None else (r.dtype, r.shape[1:]) for r in results]
+    return [None if r is None else (r.dtype, r.shape) for r in results]
 
 
 def _blocks(pg, inputs):
     """Futures of each input's chunks, by partition (None for absent inputs)."""
-    given = [x for _, x, _, _ in inputs if x is not None]
+    chunked = [x is not None and side != "param" for _, x, side, _ in inputs]
+    given = [x for (_, x, _, _), is_chunked in zip(inputs, chunked) if is_chunked]
     futures = pg.client.compute([block for x in given for block in x.to_delayed().ravel()])
     futures = iter(futures)
-    return [None if x is None else [next(futures) for _ in range(pg.npartitions)] for _, x, _, _ in inputs]
+    return [
+        [next(futures) for _ in range(pg.npartitions)] if is_chunked else None
+        for (_, x, _, _), is_chunked in zip(inputs, chunked)
+    ]
 
 
 def call(pg, function, inputs, kwargs, sides, timeout):
@@ -93,8 +108,11 @@ def call(pg, function, inputs, kwargs, sides, timeout):
     for q in parts:
         arguments = []
         for (_, x, side, _), chunks in zip(inputs, blocks):
-            if x is None or side != "src":
-                arguments.append(None if x is None else chunks[q])
+            if x is None or side == "param":
+                arguments.append(x)
+                continue
+            if side != "src":
+                arguments.append(chunks[q])
                 continue
             halo = [
                 client.submit(tasks.take_rows, chunks[p], pg.halo_lists[q, p], workers=[workers[p]], pure=False)
@@ -131,9 +149,12 @@ def call(pg, function, inputs, kwargs, sides, timeout):
             position += 1
         for q in parts:
             waiting[q].append(pieces[q])
+        if side == "sum":  # on the first worker, partitions added in order: the same sum every run
+            pieces = client.submit(tasks.add_in_order, pieces, workers=[workers[0]], pure=False)
+            waiting[0].append(pieces)
         outputs.append((side, shape, pieces))
     wait_for(client, waiting, timeout, pg, f"{function.__name__} on {pg!r}")
-    like = next(x for _, x, _, _ in inputs if x is not None)
+    like = next(x for _, x, side, _ in inputs if x is not None and side != "param")
     arrays = tuple(None if o is None else _assemble(pg, like, *o) for o in outputs)
     return arrays if len(arrays) > 1 else arrays[0]
 
@@ -152,8 +173,11 @@ def _reduce(pg, locals_, own, position, p):
 
 
 def _assemble(pg, like, side, shape, futures):
-    dtype, trailing = shape
-    meta = meta_from_array(like, ndim=1 + len(trailing), dtype=dtype)
+    dtype, shape = shape
+    meta = meta_from_array(like, ndim=len(shape), dtype=dtype)
+    if side == "sum":
+        return da.from_delayed(futures, shape=shape, dtype=dtype, meta=meta)
+    trailing = shape[1:]
     chunks = pg.chunks_of(side)
     parts = [
         da.from_delayed(future, shape=(rows,) + tuple(trailing), dtype=dtype, meta=meta)

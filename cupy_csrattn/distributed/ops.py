@@ -44,6 +44,11 @@ SIGNATURES = {
         (("a_dst", "dst"), ("a_src", "src"), ("values", "src"), ("out", "dst"), ("grad_out", "dst"), ("lse", "dst")),
         ("dst", "src", "src"),
     ),
+    "gatv2_attention": ((("x_dst", "dst"), ("x_src", "src"), ("att", "param")), ("dst", "dst")),
+    "gatv2_attention_backward": (
+        (("x_dst", "dst"), ("x_src", "src"), ("att", "param"), ("out", "dst"), ("grad_out", "dst"), ("lse", "dst")),
+        ("dst", "src", "sum"),
+    ),
 }
 
 
@@ -119,3 +124,19 @@ def gat_attention_backward(
     """Distributed ``cupy_csrattn.gat_attention_backward``: -> (grad_a_dst, grad_a_src, grad_values)."""
     kwargs = {"negative_slope": negative_slope}
     return _run("gat_attention_backward", graph, [a_dst, a_src, values, out, grad_out, lse], kwargs, timeout)
+
+
+def gatv2_attention(graph, x_dst, x_src, att, *, negative_slope=0.2, return_lse=False, timeout=DEFAULT_TIMEOUT):
+    """Distributed ``cupy_csrattn.gatv2_attention``: x_dst (num_dst, [H,] D), x_src (num_src, [H,] D),
+    att ([H,] D) a NumPy or CuPy array every partition reads whole -> out (num_dst, [H,] D) [, lse]."""
+    kwargs = {"negative_slope": negative_slope, "return_lse": return_lse}
+    return _run("gatv2_attention", graph, [x_dst, x_src, att], kwargs, timeout)
+
+
+def gatv2_attention_backward(
+    graph, x_dst, x_src, att, out, grad_out, lse, *, negative_slope=0.2, timeout=DEFAULT_TIMEOUT
+):
+    """Distributed ``cupy_csrattn.gatv2_attention_backward``: -> (grad_x_dst, grad_x_src, grad_att),
+    grad_att ([H,] D) the partitions' sums added in partition order."""
+    kwargs = {"negative_slope": negative_slope}
+    return _run("gatv2_attention_backward", graph, [x_dst, x_src, att, out, grad_out, lse], kwargs, timeout)

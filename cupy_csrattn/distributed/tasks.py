@@ -69,3 +69,11 @@ def add_halo_gradients(own, needs, pieces):
             rows = backend.to_device(rows, True)
         total[rows] += piece
     return total
+
+
+def add_in_order(parts):
+    """The sum of the partitions' values, added in partition order."""
+    total = parts[0].copy()
+    for part in parts[1:]:
+        total += part
+    return total
