@@ -21,92 +21,49 @@ def _case(**kw):
     FUSED_CASES.append(OpCase(**kw))
 
 
-# graph_attention ---------------------------------------------------------------
-_case(
-    name="graph_attention",
-    summed=(2,),
-    op="graph_attention",
-    make=lambda rng, g, H, F, dt: (make_qkv(rng, g, H, F, dt), {}),
-    reference=lambda g, a, kw: (ref.graph_attention(g.indptr, g.indices, *a)[0],),
-)
-_case(
-    name="graph_attention_lse_scale",
-    summed=(2,),
-    op="graph_attention",
-    lse_index=1,
-    make=lambda rng, g, H, F, dt: (make_qkv(rng, g, H, F, dt), {"scale": ATTN_SCALE, "return_lse": True}),
-    reference=lambda g, a, kw: ref.graph_attention(g.indptr, g.indices, *a, scale=kw["scale"]),
-)
+def _make_backward(make_inputs, forward_reference, keyword, value, default):
+    """Inputs of a fused backward case: the forward's inputs, its float64 out and lse (rounded
+    to the case's dtypes), a grad_out; ``keyword=value`` passed unless value is None."""
 
-
-def _make_graph_attention_backward(scale):
     def make(rng, g, H, F, dt):
-        q, k, v = make_qkv(rng, g, H, F, dt)
-        out, lse = ref.graph_attention(g.indptr, g.indices, q, k, v, scale=scale)
-        args = (q, k, v, out.astype(dt), make_grad_out(rng, g, H, F, dt), lse.astype(lse_dtype(dt)))
-        return args, ({} if scale is None else {"scale": scale})
+        inputs = make_inputs(rng, g, H, F, dt)
+        out, lse = forward_reference(g.indptr, g.indices, *inputs, **{keyword: default if value is None else value})
+        args = (*inputs, out.astype(dt), make_grad_out(rng, g, H, F, dt), lse.astype(lse_dtype(dt)))
+        return args, ({} if value is None else {keyword: value})
 
     return make
 
 
-for _scale, _suffix in [(None, ""), (ATTN_SCALE, "_scale")]:
+def _fused_op_cases(op, make_inputs, references, keyword, value, default, suffix, summed):
+    """Four cases of a fused op: the forward, the forward with ``keyword=value`` and lse, the
+    backward, and the backward with ``keyword=value``; references: (forward, backward)."""
+    forward_reference, backward_reference = references
     _case(
-        name="graph_attention_backward" + _suffix,
-        op="graph_attention_backward",
-        out_index=None,
-        aux=(5,),
-        make=_make_graph_attention_backward(_scale),
-        reference=lambda g, a, kw: ref.graph_attention_backward(
-            g.indptr, g.indices, a[0], a[1], a[2], a[4], scale=kw.get("scale")
-        ),
+        name=op,
+        summed=summed,
+        op=op,
+        make=lambda rng, g, H, F, dt: (make_inputs(rng, g, H, F, dt), {}),
+        reference=lambda g, a, kw: (forward_reference(g.indptr, g.indices, *a)[0],),
     )
-
-# gat_attention -----------------------------------------------------------------
-_case(
-    name="gat_attention",
-    summed=(2,),
-    op="gat_attention",
-    make=lambda rng, g, H, F, dt: (make_gat_inputs(rng, g, H, F, dt), {}),
-    reference=lambda g, a, kw: (ref.gat_attention(g.indptr, g.indices, *a)[0],),
-)
-_case(
-    name="gat_attention_lse_slope",
-    summed=(2,),
-    op="gat_attention",
-    lse_index=1,
-    make=lambda rng, g, H, F, dt: (
-        make_gat_inputs(rng, g, H, F, dt),
-        {"negative_slope": GAT_SLOPE, "return_lse": True},
-    ),
-    reference=lambda g, a, kw: ref.gat_attention(g.indptr, g.indices, *a, negative_slope=kw["negative_slope"]),
-)
-
-
-def _make_gat_backward(slope):
-    def make(rng, g, H, F, dt):
-        a_dst, a_src, values = make_gat_inputs(rng, g, H, F, dt)
-        out, lse = ref.gat_attention(
-            g.indptr, g.indices, a_dst, a_src, values, negative_slope=0.2 if slope is None else slope
+    _case(
+        name=f"{op}_lse_{suffix}",
+        summed=summed,
+        op=op,
+        lse_index=1,
+        make=lambda rng, g, H, F, dt: (make_inputs(rng, g, H, F, dt), {keyword: value, "return_lse": True}),
+        reference=lambda g, a, kw: forward_reference(g.indptr, g.indices, *a, **{keyword: kw[keyword]}),
+    )
+    for chosen, name_suffix in [(None, ""), (value, "_" + suffix)]:
+        _case(
+            name=f"{op}_backward{name_suffix}",
+            op=f"{op}_backward",
+            out_index=None,
+            aux=(5,),
+            make=_make_backward(make_inputs, forward_reference, keyword, chosen, default),
+            reference=lambda g, a, kw: backward_reference(
+                g.indptr, g.indices, a[0], a[1], a[2], a[4], **{keyword: kw.get(keyword, default)}
+            ),
         )
-        args = (a_dst, a_src, values, out.astype(dt), make_grad_out(rng, g, H, F, dt), lse.astype(lse_dtype(dt)))
-        return args, ({} if slope is None else {"negative_slope": slope})
-
-    return make
-
-
-for _slope, _suffix in [(None, ""), (GAT_SLOPE, "_slope")]:
-    _case(
-        name="gat_attention_backward" + _suffix,
-        op="gat_attention_backward",
-        out_index=None,
-        aux=(5,),
-        make=_make_gat_backward(_slope),
-        reference=lambda g, a, kw: ref.gat_attention_backward(
-            g.indptr, g.indices, a[0], a[1], a[2], a[4], negative_slope=kw.get("negative_slope", 0.2)
-        ),
-    )
-
-# gatv2_attention ---------------------------------------------------------------
 
 
 def _gatv2_inputs(rng, g, H, F, dt):
@@ -115,44 +72,34 @@ def _gatv2_inputs(rng, g, H, F, dt):
     return node_vectors(rng, num_dst_of(g), H, F, dt), node_vectors(rng, g.num_src, H, F, dt), att
 
 
-_case(
-    name="gatv2_attention",
-    op="gatv2_attention",
-    make=lambda rng, g, H, F, dt: (_gatv2_inputs(rng, g, H, F, dt), {}),
-    reference=lambda g, a, kw: (ref.gatv2_attention(g.indptr, g.indices, *a)[0],),
+_fused_op_cases(
+    "graph_attention",
+    make_qkv,
+    (ref.graph_attention, ref.graph_attention_backward),
+    "scale",
+    ATTN_SCALE,
+    None,
+    "scale",
+    (2,),
 )
-_case(
-    name="gatv2_attention_lse_slope",
-    op="gatv2_attention",
-    lse_index=1,
-    make=lambda rng, g, H, F, dt: (
-        _gatv2_inputs(rng, g, H, F, dt),
-        {"negative_slope": GAT_SLOPE, "return_lse": True},
-    ),
-    reference=lambda g, a, kw: ref.gatv2_attention(g.indptr, g.indices, *a, negative_slope=kw["negative_slope"]),
+_fused_op_cases(
+    "gat_attention",
+    make_gat_inputs,
+    (ref.gat_attention, ref.gat_attention_backward),
+    "negative_slope",
+    GAT_SLOPE,
+    0.2,
+    "slope",
+    (2,),
 )
-
-
-def _make_gatv2_backward(slope):
-    def make(rng, g, H, F, dt):
-        x_dst, x_src, att = _gatv2_inputs(rng, g, H, F, dt)
-        out, lse = ref.gatv2_attention(
-            g.indptr, g.indices, x_dst, x_src, att, negative_slope=0.2 if slope is None else slope
-        )
-        args = (x_dst, x_src, att, out.astype(dt), make_grad_out(rng, g, H, F, dt), lse.astype(lse_dtype(dt)))
-        return args, ({} if slope is None else {"negative_slope": slope})
-
-    return make
-
-
-for _slope, _suffix in [(None, ""), (GAT_SLOPE, "_slope")]:
-    _case(
-        name="gatv2_attention_backward" + _suffix,
-        op="gatv2_attention_backward",
-        out_index=None,
-        aux=(5,),
-        make=_make_gatv2_backward(_slope),
-        reference=lambda g, a, kw: ref.gatv2_attention_backward(
-            g.indptr, g.indices, a[0], a[1], a[2], a[4], negative_slope=kw.get("negative_slope", 0.2)
-        ),
-    )
+# x_src enters the scores too: no bound from summed terms.
+_fused_op_cases(
+    "gatv2_attention",
+    _gatv2_inputs,
+    (ref.gatv2_attention, ref.gatv2_attention_backward),
+    "negative_slope",
+    GAT_SLOPE,
+    0.2,
+    "slope",
+    (),
+)
