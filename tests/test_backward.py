@@ -153,6 +153,15 @@ FD_CASES = [
         lambda g, x, go: {"scores": ca.edge_softmax_backward(g, ca.edge_softmax(g, x["scores"]), go)},
     ),
     FDCase(
+        "edge_softmax_by_src",
+        "edge_softmax",
+        lambda rng, graph, H, F: {"scores": rng.standard_normal(_shape(len(graph.indices), H))},
+        lambda g, x: ca.edge_softmax(g, x["scores"], norm_by="src"),
+        lambda g, x, go: {
+            "scores": ca.edge_softmax_backward(g, ca.edge_softmax(g, x["scores"], norm_by="src"), go, norm_by="src")
+        },
+    ),
+    FDCase(
         "spmm",
         "spmm",
         lambda rng, graph, H, F: {

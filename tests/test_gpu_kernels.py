@@ -252,3 +252,31 @@ def test_no_launch_on_empty_graph(cupy):
     g = ca.CSRGraph(cupy.zeros(1, dtype=np.int32), cupy.zeros(0, dtype=np.int32), 0)
     out, lse = ca.attention_aggregate(g, cupy.zeros((0, 2)), cupy.zeros((0, 2, 3)), return_lse=True)
     assert out.shape == (0, 2, 3) and lse.shape == (0, 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("heads", [None, 1, 3, 40])
+def test_softmax_by_source_matches_cpu(cupy, plan_limits, dtype, index_dtype, heads):
+    """norm_by="src": the sources' rows of the transpose (about 100 edges each, split under the
+    lowered plans), forward and backward, with special values in one source."""
+    rng = np.random.default_rng(9)
+    g = _graph(rng, index_dtype)
+    gg = g.to_gpu()
+    edge_shape = (g.num_edges,) if heads is None else (g.num_edges, heads)
+    scores = (rng.standard_normal(edge_shape) * 3).astype(dtype)
+    source_edges = np.flatnonzero(g.indices == 2)
+    scores[source_edges] = -np.inf  # source 2: every score -inf, zero weights
+    scores[np.flatnonzero(g.indices == 4)[3]] = np.nan  # source 4: NaN
+    grad_probs = rng.standard_normal(edge_shape).astype(dtype)
+    want = ca.edge_softmax(g, scores, norm_by="src")
+    out = poison(cupy, edge_shape, dtype)
+    assert ca.edge_softmax(gg, cupy.asarray(scores), out=out, norm_by="src") is out
+    got = cupy.asnumpy(out)
+    assert (got[source_edges] == 0).all()
+    nan = g.indices == 4
+    assert np.isnan(got[nan]).all() and not np.isnan(got[~nan]).any()
+    _close(got[~nan], want[~nan], dtype)
+    probs = np.nan_to_num(want).astype(dtype)
+    got = ca.edge_softmax_backward(gg, cupy.asarray(probs), cupy.asarray(grad_probs), norm_by="src")
+    _close(got, ca.edge_softmax_backward(g, probs, grad_probs, norm_by="src"), dtype)

@@ -9,13 +9,16 @@ from cupy_csrattn.ops import traffic
 from cupy_csrattn.ops.placement import Placement
 from cupy_csrattn.ops.registry import register
 
+NORM_BY = ("dst", "src")
+
 
 @register(cpu=cpu_softmax.edge_softmax, gpu=gpu_softmax.edge_softmax, kernels=("softmax",), bytes=traffic.edge_softmax)
-def edge_softmax(graph, scores=None, *, out=None):
-    """Softmax of edge scores over each destination row, per head.
+def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
+    """Softmax of edge scores over each destination row (or each source's edges), per head.
 
     ``probs[e, h] = exp(scores[e, h] - m) / sum_{e' in row(e)} exp(scores[e', h] - m)``
-    with ``m`` the row maximum.
+    with ``m`` the row maximum; with ``norm_by="src"`` the sum and the maximum run over the
+    edges leaving the source of ``e`` instead (DGL's ``edge_softmax(g, e, norm_by="src")``).
 
     Parameters
     ----------
@@ -28,13 +31,18 @@ def edge_softmax(graph, scores=None, *, out=None):
         changing the result never changes ``graph``).
     out : (E,) or (E, H) array, optional
         Written with the result and returned.
+    norm_by : {"dst", "src"}
+        "dst": normalize over the edges entering each destination (the rows of the graph);
+        "src": over the edges leaving each source (the rows of ``graph.transpose()``, cached
+        on a CSRGraph). For a sparse matrix: over its rows, or over its columns.
 
     Returns
     -------
     probs : (E,) or (E, H) array of the scores' dtype (or a sparse matrix, see above).
-        Rows whose scores are all -inf get zero weights; a NaN score makes its own row and
-        head NaN.
+        Rows (or sources) whose scores are all -inf get zero weights; a NaN score makes its
+        own row (or source) and head NaN.
     """
+    _validate.choice("norm_by", norm_by, NORM_BY)
     matrix = None
     if scores is None and not (scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph)):
         raise TypeError("scores is required unless graph is a sparse matrix whose data are the scores")
@@ -47,7 +55,7 @@ def edge_softmax(graph, scores=None, *, out=None):
     place = Placement(g, order, [scores])
     canonical = place.edge_input(scores, dtype)
     work, result = place.output("out", out, scores.shape, dtype, canonical.shape, edge=True)
-    place.run(edge_softmax.op, canonical, work)
+    place.run(edge_softmax.op, canonical, norm_by, work)
     place.finish()
     if matrix is None:
         return result
@@ -64,10 +72,11 @@ def edge_softmax(graph, scores=None, *, out=None):
     bytes=traffic.edge_softmax_backward,
     forward="edge_softmax",
 )
-def edge_softmax_backward(graph, probs, grad_probs, *, out=None):
+def edge_softmax_backward(graph, probs, grad_probs, *, out=None, norm_by="dst"):
     """Gradient of edge_softmax with respect to its scores.
 
-    ``grad_scores[e] = probs[e] * (grad_probs[e] - sum_{e' in row(e)} probs[e'] * grad_probs[e'])``
+    ``grad_scores[e] = probs[e] * (grad_probs[e] - sum_{e' in row(e)} probs[e'] * grad_probs[e'])``,
+    the sum running over the edges leaving the source of ``e`` with ``norm_by="src"``.
 
     Parameters
     ----------
@@ -77,11 +86,14 @@ def edge_softmax_backward(graph, probs, grad_probs, *, out=None):
     grad_probs : (E,) or (E, H) float array
         Gradient of the loss with respect to probs.
     out : (E,) or (E, H) array, optional
+    norm_by : {"dst", "src"}
+        The forward's norm_by.
 
     Returns
     -------
     grad_scores : (E,) or (E, H) array
     """
+    _validate.choice("norm_by", norm_by, NORM_BY)
     g, order = _validate.resolve_graph(graph)
     probs = _validate.float_array("probs", probs)
     grad_probs = _validate.float_array("grad_probs", grad_probs)
@@ -92,6 +104,6 @@ def edge_softmax_backward(graph, probs, grad_probs, *, out=None):
     probs_c = place.edge_input(probs, dtype)
     grad_c = place.edge_input(grad_probs, dtype)
     work, result = place.output("out", out, probs.shape, dtype, probs_c.shape, edge=True)
-    place.run(edge_softmax_backward.op, probs_c, grad_c, work)
+    place.run(edge_softmax_backward.op, probs_c, grad_c, norm_by, work)
     place.finish()
     return result

@@ -86,29 +86,41 @@ def leaky_relu_grad(z, negative_slope):
 # ------------------------------------------------------------------ softmax
 
 
-def edge_softmax(indptr, scores):
-    """-> (probs like scores, lse (N,) or (N, H))."""
+def _groups(indptr, indices, norm_by):
+    """The edges each softmax normalizes over, in edge order: each destination row's
+    ("dst"), or the edges leaving each source ("src", sources in increasing order)."""
+    if norm_by == "dst":
+        return [list(range(start, stop)) for _, start, stop in _rows(indptr)]
+    by_source = {}
+    for e, s in enumerate(_ints(indices)):
+        by_source.setdefault(s, []).append(e)
+    return [by_source[s] for s in sorted(by_source)]
+
+
+def edge_softmax(indptr, scores, indices=None, norm_by="dst"):
+    """-> (probs like scores, lse (N,) or (N, H) per destination; None for norm_by="src")."""
     s, heads = _edge(scores)
     probs = np.zeros_like(s)
     lse = np.full((len(indptr) - 1, s.shape[1]), NEG_INF)
-    for d, start, stop in _rows(indptr):
+    for d, edges in enumerate(_groups(indptr, indices, norm_by)):
         for h in range(s.shape[1]):
-            p, row_lse = softmax_row(s[start:stop, h])
-            for j, e in enumerate(range(start, stop)):
+            p, group_lse = softmax_row(s[edges, h])
+            for j, e in enumerate(edges):
                 probs[e, h] = p[j]
-            lse[d, h] = row_lse
-    return _drop(probs, heads), _drop(lse, heads)
+            if norm_by == "dst":
+                lse[d, h] = group_lse
+    return _drop(probs, heads), (_drop(lse, heads) if norm_by == "dst" else None)
 
 
-def edge_softmax_backward(indptr, probs, grad_probs):
-    """grad_scores[e] = p[e] * (g[e] - sum_row p * g)."""
+def edge_softmax_backward(indptr, probs, grad_probs, indices=None, norm_by="dst"):
+    """grad_scores[e] = p[e] * (g[e] - sum_group p * g), the groups of edge_softmax."""
     p, heads = _edge(probs)
     g, _ = _edge(grad_probs)
     grad = np.zeros_like(p)
-    for _, start, stop in _rows(indptr):
+    for edges in _groups(indptr, indices, norm_by):
         for h in range(p.shape[1]):
-            dot = math.fsum(p[e, h] * g[e, h] for e in range(start, stop))
-            for e in range(start, stop):
+            dot = math.fsum(p[e, h] * g[e, h] for e in edges)
+            for e in edges:
                 grad[e, h] = p[e, h] * (g[e, h] - dot)
     return _drop(grad, heads)
 
