@@ -16,7 +16,9 @@ def _check(g, dst_feat, src_feat, op):
     src_feat = _validate.float_array("src_feat", src_feat)
     with_features = op == "dot"
     heads, features = _validate.node_array("dst_feat", dst_feat, g.num_dst, "destination", feature_axis=with_features)
-    _validate.node_array("src_feat", src_feat, g.num_src, "source", heads=heads, feature_axis=with_features)
+    _validate.node_array(
+        "src_feat", src_feat, g.num_src, "source", heads=heads, feature_axis=with_features, heads_of="dst_feat"
+    )
     if with_features:
         _validate.same_features("src_feat", src_feat, features, "dst_feat")
     return dst_feat, src_feat, heads
@@ -53,9 +55,9 @@ def sddmm(graph, dst_feat, src_feat, *, op="dot", scale=1.0, out=None):
     dtype, _ = _validate.result_dtypes(dst_feat, src_feat)
     place = Placement(g, order, [dst_feat, src_feat])
     per_node_scalar = op == "add"
-    dst_c = place.node_input(dst_feat, dtype, heads, per_node_scalar)
-    src_c = place.node_input(src_feat, dtype, heads, per_node_scalar)
-    shape = (g.num_edges,) if heads is None else (g.num_edges, heads)
+    dst_c = place.node_input(dst_feat, dtype, per_node_scalar)
+    src_c = place.node_input(src_feat, dtype, per_node_scalar)
+    shape = (g.num_edges, *heads)
     work, result = place.output("out", out, shape, dtype, (g.num_edges, dst_c.shape[1]), edge=True)
     place.run(sddmm.op, dst_c, src_c, op, scale, work)
     place.finish()
@@ -92,15 +94,15 @@ def sddmm_backward(graph, dst_feat, src_feat, grad_scores, *, op="dot", scale=1.
     g, order = _validate.resolve_graph(graph)
     dst_feat, src_feat, heads = _check(g, dst_feat, src_feat, op)
     grad_scores = _validate.float_array("grad_scores", grad_scores)
-    _validate.edge_array("grad_scores", grad_scores, g, heads=heads)
+    _validate.edge_array("grad_scores", grad_scores, g, heads=heads, heads_of="dst_feat")
     scale = _validate.finite_scalar("scale", scale)
     if op == "add" and scale != 1.0:
         raise ValueError(f"scale applies to op='dot' only, got scale={scale} with op='add'")
     dtype, _ = _validate.result_dtypes(dst_feat, src_feat, grad_scores)
     place = Placement(g, order, [dst_feat, src_feat, grad_scores])
     per_node_scalar = op == "add"
-    dst_c = place.node_input(dst_feat, dtype, heads, per_node_scalar)
-    src_c = place.node_input(src_feat, dtype, heads, per_node_scalar)
+    dst_c = place.node_input(dst_feat, dtype, per_node_scalar)
+    src_c = place.node_input(src_feat, dtype, per_node_scalar)
     grad_c = place.edge_input(grad_scores, dtype)
     grad_dst_c, grad_dst = place.output("grad_dst_feat", None, dst_feat.shape, dtype, dst_c.shape)
     grad_src_c, grad_src = place.output("grad_src_feat", None, src_feat.shape, dtype, src_c.shape)

@@ -98,7 +98,7 @@ def edge_softmax_backward(graph, probs, grad_probs, *, out=None, norm_by="dst"):
     probs = _validate.float_array("probs", probs)
     grad_probs = _validate.float_array("grad_probs", grad_probs)
     heads = _validate.edge_array("probs", probs, g)
-    _validate.edge_array("grad_probs", grad_probs, g, heads=heads)
+    _validate.edge_array("grad_probs", grad_probs, g, heads=heads, heads_of="probs")
     dtype, _ = _validate.result_dtypes(probs, grad_probs)
     place = Placement(g, order, [probs, grad_probs])
     probs_c = place.edge_input(probs, dtype)

@@ -1,5 +1,7 @@
 """spmm and spmm_backward: edge-weighted neighbour sums."""
 
+import math
+
 import scipy.sparse
 
 from cupy_csrattn import _validate, backend
@@ -25,24 +27,25 @@ def _matrix_weights(graph, values):
 
 
 def _check(graph, g, weights, values):
-    """(weights, values, heads, features, merge_heads); merge_heads: a matrix's (E,) data
-    weight every head alike, so (N, H, F) values are computed as (N, H * F)."""
+    """(weights, values, heads, heads_of, features, merge_heads): heads is the trailing shape S
+    of the arrays, taken from argument heads_of; merge_heads: a matrix's (E,) data weight
+    every head alike, so (N, *S, F) values are computed as (N, prod(S) * F)."""
     values = _validate.float_array("values", values)
     if weights is None:
         heads, features = _validate.node_array("values", values, g.num_src, "source")
         weights = _matrix_weights(graph, values)
-        return weights, values, heads, features, weights is not None and heads is not None
+        return weights, values, heads, "values", features, weights is not None and heads != ()
     weights = _validate.float_array("weights", weights)
     heads = _validate.edge_array("weights", weights, g)
-    _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads)
-    return weights, values, heads, features, False
+    _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads, heads_of="weights")
+    return weights, values, heads, "weights", features, False
 
 
-def _node_input(place, x, dtype, heads, merge_heads):
+def _node_input(place, x, dtype, merge_heads):
     """A node array in canonical layout: (N, 1, H * F) when merge_heads, else (N, H, F)."""
     if merge_heads:
-        return place.node_input(x.reshape(x.shape[0], x.shape[1] * x.shape[2]), dtype, None)
-    return place.node_input(x, dtype, heads)
+        return place.node_input(x.reshape(x.shape[0], math.prod(x.shape[1:])), dtype)
+    return place.node_input(x, dtype)
 
 
 @register(cpu=cpu_spmm.spmm, gpu=gpu_spmm.spmm, kernels=("aggregate",), bytes=traffic.aggregate)
@@ -68,12 +71,12 @@ def spmm(graph, weights, values, *, out=None):
     out : (num_dst, F) or (num_dst, H, F) array; rows with no edges are zero.
     """
     g, order = _validate.resolve_graph(graph)
-    weights, values, heads, features, merge_heads = _check(graph, g, weights, values)
+    weights, values, _, _, _, merge_heads = _check(graph, g, weights, values)
     floats = [values] if weights is None else [weights, values]
     dtype, _ = _validate.result_dtypes(*floats)
     place = Placement(g, order, floats)
     weights_c = None if weights is None else place.edge_input(weights, dtype)
-    values_c = _node_input(place, values, dtype, heads, merge_heads)
+    values_c = _node_input(place, values, dtype, merge_heads)
     shape = (g.num_dst,) + tuple(values.shape[1:])
     work, result = place.output("out", out, shape, dtype, (g.num_dst,) + values_c.shape[1:])
     place.run(spmm.op, weights_c, values_c, work)
@@ -109,16 +112,16 @@ def spmm_backward(graph, weights, values, grad_out):
     """
     g, order = _validate.resolve_graph(graph)
     with_grad_weights = weights is not None
-    weights, values, heads, features, merge_heads = _check(graph, g, weights, values)
+    weights, values, heads, heads_of, features, merge_heads = _check(graph, g, weights, values)
     grad_out = _validate.float_array("grad_out", grad_out)
-    _validate.node_array("grad_out", grad_out, g.num_dst, "destination", heads=heads)
+    _validate.node_array("grad_out", grad_out, g.num_dst, "destination", heads=heads, heads_of=heads_of)
     _validate.same_features("grad_out", grad_out, features, "values")
     floats = [values, grad_out] + ([] if weights is None else [weights])
     dtype, _ = _validate.result_dtypes(*floats)
     place = Placement(g, order, floats)
     weights_c = None if weights is None else place.edge_input(weights, dtype)
-    values_c = _node_input(place, values, dtype, heads, merge_heads)
-    grad_out_c = _node_input(place, grad_out, dtype, heads, merge_heads)
+    values_c = _node_input(place, values, dtype, merge_heads)
+    grad_out_c = _node_input(place, grad_out, dtype, merge_heads)
     grad_weights_c = grad_weights = None
     if with_grad_weights:
         grad_weights_c, grad_weights = place.output(
