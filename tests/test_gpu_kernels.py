@@ -12,6 +12,7 @@ from helpers import poison, require_cupy
 
 import cupy_csrattn as ca
 from cupy_csrattn.gpu import plan
+from cupy_csrattn.testing.arrays import trailing_shape
 from cupy_csrattn.testing.compare import assert_close, to_np
 
 
@@ -48,14 +49,16 @@ def _close(got, want, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("heads,features", [(None, 5), (1, 64), (3, 7), (8, 16), (40, 1), (2, 70)])
+@pytest.mark.parametrize(
+    "heads,features", [(None, 5), (1, 64), (3, 7), (8, 16), (40, 1), (2, 70), ((2, 1), 5), ((3, 4, 2), 3)], ids=str
+)
 def test_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
     rng = np.random.default_rng(7)
     g = _graph(rng, index_dtype)
     gg = g.to_gpu()
     E = g.num_edges
-    edge_shape = (E,) if heads is None else (E, heads)
-    node = lambda n: (n, features) if heads is None else (n, heads, features)
+    edge_shape = (E, *trailing_shape(heads))
+    node = lambda n: (n, *trailing_shape(heads), features)
     scores = (rng.standard_normal(edge_shape) * 3).astype(dtype)
     grad_edges = rng.standard_normal(edge_shape).astype(dtype)
     values = rng.standard_normal(node(g.num_src)).astype(dtype)
@@ -81,7 +84,7 @@ def test_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
         else:
             _close(got_w, want_w, dtype)
 
-    scalar = lambda n: (n,) if heads is None else (n, heads)
+    scalar = lambda n: (n, *trailing_shape(heads))
     for op, dst_shape, src_shape, scale in (
         ("dot", node(g.num_dst), node(g.num_src), 0.5),
         ("add", scalar(g.num_dst), scalar(g.num_src), 1.0),
@@ -119,10 +122,10 @@ def _fused_inputs(rng, g, heads, head_dim, features, dtype):
     """Inputs of graph_attention and gat_attention on graph g (keyword names of the ops)."""
 
     def node(n, last):
-        return rng.standard_normal((n, last) if heads is None else (n, heads, last)).astype(dtype)
+        return rng.standard_normal((n, *trailing_shape(heads), last)).astype(dtype)
 
     def scalar(n):
-        return rng.standard_normal((n,) if heads is None else (n, heads)).astype(dtype)
+        return rng.standard_normal((n, *trailing_shape(heads))).astype(dtype)
 
     return {
         "graph_attention": dict(q=node(g.num_dst, head_dim), k=node(g.num_src, head_dim), v=node(g.num_src, features)),
@@ -136,16 +139,27 @@ def _fused_inputs(rng, g, heads, head_dim, features, dtype):
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize(
     "heads,head_dim,features",
-    [(None, 5, 3), (1, 64, 64), (3, 7, 5), (8, 16, 16), (4, 64, 64), (40, 2, 1), (2, 1, 70), (2, 0, 3), (2, 4, 0)],
+    [
+        (None, 5, 3),
+        (1, 64, 64),
+        (3, 7, 5),
+        (8, 16, 16),
+        (4, 64, 64),
+        (40, 2, 1),
+        (2, 1, 70),
+        (2, 0, 3),
+        (2, 4, 0),
+        ((2, 1), 16, 16),
+        ((3, 1, 2), 5, 3),
+    ],
+    ids=str,
 )
 def test_fused_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, head_dim, features):
     """graph_attention and gat_attention, forward and backward, against the CPU backend."""
     rng = np.random.default_rng(5)
     g = _graph(rng, index_dtype)
     gg = g.to_gpu()
-    grad_out = rng.standard_normal((g.num_dst, features) if heads is None else (g.num_dst, heads, features)).astype(
-        dtype
-    )
+    grad_out = rng.standard_normal((g.num_dst, *trailing_shape(heads), features)).astype(dtype)
     for op, inputs in _fused_inputs(rng, g, heads, head_dim, features, dtype).items():
         forward, backward = getattr(ca, op), getattr(ca, op + "_backward")
         gpu_inputs = {name: cupy.asarray(x) for name, x in inputs.items()}
@@ -256,14 +270,14 @@ def test_no_launch_on_empty_graph(cupy):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("heads", [None, 1, 3, 40])
+@pytest.mark.parametrize("heads", [None, 1, 3, 40, (2, 1, 3)], ids=str)
 def test_softmax_by_source_matches_cpu(cupy, plan_limits, dtype, index_dtype, heads):
     """norm_by="src": the sources' rows of the transpose (about 100 edges each, split under the
     lowered plans), forward and backward, with special values in one source."""
     rng = np.random.default_rng(9)
     g = _graph(rng, index_dtype)
     gg = g.to_gpu()
-    edge_shape = (g.num_edges,) if heads is None else (g.num_edges, heads)
+    edge_shape = (g.num_edges, *trailing_shape(heads))
     scores = (rng.standard_normal(edge_shape) * 3).astype(dtype)
     source_edges = np.flatnonzero(g.indices == 2)
     scores[source_edges] = -np.inf  # source 2: every score -inf, zero weights

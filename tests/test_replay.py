@@ -131,3 +131,24 @@ def test_cuda_graph_capture(cupy, case, dtype):
         want = public.__wrapped__(graph, *args, **kwargs)
         stream.synchronize()
     _assert_same(captured, want, f"{case} captured")
+
+
+@pytest.mark.parametrize("trailing", [(2, 1), (1, 3, 2)], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_trailing_shapes_replay(cupy, case, trailing):
+    """Edge arrays (E, *S) and node arrays (N, *S, F) reach the kernels as reshaped views, not
+    copies (a copy is other work, which keeps the full path): repeated calls replay."""
+    rng = np.random.default_rng(7)
+    graph_data = odd_sizes()
+    graph = make_graph(cupy, graph_data)
+    public = OPS[case.op].function
+    for call in range(3):
+        args, kwargs = to_xp(cupy, case.make(rng, graph_data, trailing, 4, np.float32))
+        got = public(graph, *args, **kwargs)
+        want = public.__wrapped__(graph, *args, **kwargs)
+        _assert_same(got, want, f"{case} call {call}")
+        assert all(r.shape[1 : 1 + len(trailing)] == trailing for r in _results(got) if r is not None)
+    if case.name in FULL_PATH_ONLY and dict(kwargs).get("scale", 1.0) != 1.0:
+        assert not _replay_records(graph)
+    else:
+        assert len(_replay_records(graph)) == 1, "the repeated call was not replayed"

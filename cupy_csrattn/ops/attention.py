@@ -61,19 +61,22 @@ def _check_aggregate(g, scores, values):
 def attention_aggregate(graph, scores, values, *, out=None, return_lse=False):
     """Softmax-weighted neighbour sum, fused: ``spmm(graph, edge_softmax(graph, scores), values)``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    scores : (E,) or (E, H) float array
-    values : (num_src, F) or (num_src, H, F) float array
-    out : (num_dst, F) or (num_dst, H, F) array, optional
+    scores : (E, *S) float array
+    values : (num_src, *S, F) float array
+    out : (num_dst, *S, F) array, optional
     return_lse : bool
         Also return the per-row log-sum-exp of the scores.
 
     Returns
     -------
-    out : (num_dst, F) or (num_dst, H, F) array; zero for rows with no edges.
-    lse : (num_dst,) or (num_dst, H) array, only with return_lse
+    out : (num_dst, *S, F) array; zero for rows with no edges.
+    lse : (num_dst, *S) array, only with return_lse
         -inf for rows with no edges (or all scores -inf); float32 for float16 inputs.
     """
     g, order = _validate.resolve_graph(graph)
@@ -103,19 +106,22 @@ def attention_aggregate_backward(graph, scores, values, grad_out, *, lse=None):
     ``grad_scores = p * (dp - sum_{row} p * dp)``,
     ``grad_values[s] = sum_{e: src(e) = s} p[e] * grad_out[dst(e)]``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    scores : (E,) or (E, H) float array
-    values : (num_src, F) or (num_src, H, F) float array
-    grad_out : (num_dst, F) or (num_dst, H, F) float array
-    lse : (num_dst,) or (num_dst, H) float array, optional
+    scores : (E, *S) float array
+    values : (num_src, *S, F) float array
+    grad_out : (num_dst, *S, F) float array
+    lse : (num_dst, *S) float array, optional
         The forward's log-sum-exp; recomputed when omitted.
 
     Returns
     -------
-    grad_scores : (E,) or (E, H) array
-    grad_values : (num_src, F) or (num_src, H, F) array
+    grad_scores : (E, *S) array
+    grad_values : (num_src, *S, F) array
     """
     g, order = _validate.resolve_graph(graph)
     scores, values, heads, features = _check_aggregate(g, scores, values)
@@ -167,22 +173,25 @@ def graph_attention(graph, q, k, v, *, scale=None, out=None, return_lse=False):
 
     ``out[d] = sum_{e in row d} softmax_e(scale * <q[d], k[src(e)]>) * v[src(e)]``, per head.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    q : (num_dst, D) or (num_dst, H, D) float array
-    k : (num_src, D) or (num_src, H, D) float array
-    v : (num_src, F) or (num_src, H, F) float array
+    q : (num_dst, *S, D) float array
+    k : (num_src, *S, D) float array
+    v : (num_src, *S, F) float array
     scale : float, optional
         Defaults to 1 / sqrt(D).
-    out : (num_dst, F) or (num_dst, H, F) array, optional
+    out : (num_dst, *S, F) array, optional
     return_lse : bool
         Also return the per-row log-sum-exp of the scores (needed by the backward).
 
     Returns
     -------
-    out : (num_dst, F) or (num_dst, H, F) array
-    lse : (num_dst,) or (num_dst, H) array, only with return_lse
+    out : (num_dst, *S, F) array
+    lse : (num_dst, *S) array, only with return_lse
     """
     g, order = _validate.resolve_graph(graph)
     q, k, v, heads, features, scale = _check_qkv(g, q, k, v, scale)
@@ -208,13 +217,16 @@ def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None):
     ``grad_q[d] = scale * sum_e ds * k[s]``, ``grad_k[s] = scale * sum_e ds * q[d]``,
     ``grad_v[s] = sum_e p * grad_out[d]``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
     q, k, v : float arrays, shaped as for graph_attention
-    out : (num_dst, [H,] F) float array, the forward's output
-    grad_out : (num_dst, [H,] F) float array
-    lse : (num_dst,) or (num_dst, H) float array, the forward's log-sum-exp
+    out : (num_dst, *S, F) float array, the forward's output
+    grad_out : (num_dst, *S, F) float array
+    lse : (num_dst, *S) float array, the forward's log-sum-exp
     scale : float, optional
         The forward's scale; defaults to 1 / sqrt(D).
 
@@ -260,21 +272,24 @@ def _check_gat(g, a_dst, a_src, values, negative_slope):
 def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, out=None, return_lse=False):
     """Fused GAT attention: softmax over each row of leaky_relu(a_dst[d] + a_src[s]) weighting values[s].
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    a_dst : (num_dst,) or (num_dst, H) float array
-    a_src : (num_src,) or (num_src, H) float array
-    values : (num_src, F) or (num_src, H, F) float array
+    a_dst : (num_dst, *S) float array
+    a_src : (num_src, *S) float array
+    values : (num_src, *S, F) float array
     negative_slope : float
-    out : (num_dst, F) or (num_dst, H, F) array, optional
+    out : (num_dst, *S, F) array, optional
     return_lse : bool
         Also return the per-row log-sum-exp of the scores (needed by the backward).
 
     Returns
     -------
-    out : (num_dst, F) or (num_dst, H, F) array
-    lse : (num_dst,) or (num_dst, H) array, only with return_lse
+    out : (num_dst, *S, F) array
+    lse : (num_dst, *S) array, only with return_lse
     """
     g, order = _validate.resolve_graph(graph)
     a_dst, a_src, values, heads, features, negative_slope = _check_gat(g, a_dst, a_src, values, negative_slope)
@@ -305,13 +320,16 @@ def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, n
     ``ds * (1 if z > 0 else negative_slope)``; grad_a_dst sums it over each row, grad_a_src
     over each source, and ``grad_values[s] = sum_e p * grad_out[d]``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
     a_dst, a_src, values : float arrays, shaped as for gat_attention
-    out : (num_dst, [H,] F) float array, the forward's output
-    grad_out : (num_dst, [H,] F) float array
-    lse : (num_dst,) or (num_dst, H) float array, the forward's log-sum-exp
+    out : (num_dst, *S, F) float array, the forward's output
+    grad_out : (num_dst, *S, F) float array
+    lse : (num_dst, *S) float array, the forward's log-sum-exp
     negative_slope : float
 
     Returns

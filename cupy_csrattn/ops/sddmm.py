@@ -31,21 +31,24 @@ def sddmm(graph, dst_feat, src_feat, *, op="dot", scale=1.0, out=None):
     "dot": ``scores[e, h] = scale * <dst_feat[dst(e), h, :], src_feat[src(e), h, :]>``;
     "add": ``scores[e, h] = dst_feat[dst(e), h] + src_feat[src(e), h]`` (GAT's a_dst + a_src).
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
     dst_feat : float array
-        "dot": (num_dst, D) or (num_dst, H, D); "add": (num_dst,) or (num_dst, H).
+        "dot": (num_dst, *S, D); "add": (num_dst, *S).
     src_feat : float array
-        "dot": (num_src, D) or (num_src, H, D); "add": (num_src,) or (num_src, H).
+        "dot": (num_src, *S, D); "add": (num_src, *S).
     op : {"dot", "add"}
     scale : float
         Multiplies "dot" scores; must be 1.0 for "add".
-    out : (E,) or (E, H) array, optional
+    out : (E, *S) array, optional
 
     Returns
     -------
-    scores : (E,) or (E, H) array
+    scores : (E, *S) array
     """
     g, order = _validate.resolve_graph(graph)
     dst_feat, src_feat, heads = _check(g, dst_feat, src_feat, op)
@@ -78,11 +81,14 @@ def sddmm_backward(graph, dst_feat, src_feat, grad_scores, *, op="dot", scale=1.
     ``grad_src[s] = scale * sum_{e: src(e) = s} grad_scores[e] * dst_feat[dst(e)]``;
     "add": the row sums and source sums of grad_scores.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
     dst_feat, src_feat : float arrays, shaped as for sddmm
-    grad_scores : (E,) or (E, H) float array
+    grad_scores : (E, *S) float array
     op : {"dot", "add"}
     scale : float
 

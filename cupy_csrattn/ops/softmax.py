@@ -20,16 +20,19 @@ def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
     with ``m`` the row maximum; with ``norm_by="src"`` the sum and the maximum run over the
     edges leaving the source of ``e`` instead (DGL's ``edge_softmax(g, e, norm_by="src")``).
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix (CSR, CSC, COO) or (indptr, indices[, num_src])
         Row ``d`` lists the source neighbours of destination ``d``.
-    scores : (E,) or (E, H) float array, optional
+    scores : (E, *S) float array, optional
         Edge scores in the graph's edge order (a sparse matrix's stored order). May be
         omitted when ``graph`` is a sparse matrix: its data are the scores, and the result is
         a sparse matrix of the same class and structure (with structure arrays of its own:
         changing the result never changes ``graph``).
-    out : (E,) or (E, H) array, optional
+    out : (E, *S) array, optional
         Written with the result and returned.
     norm_by : {"dst", "src"}
         "dst": normalize over the edges entering each destination (the rows of the graph);
@@ -38,7 +41,7 @@ def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
 
     Returns
     -------
-    probs : (E,) or (E, H) array of the scores' dtype (or a sparse matrix, see above).
+    probs : (E, *S) array of the scores' dtype (or a sparse matrix, see above).
         Rows (or sources) whose scores are all -inf get zero weights; a NaN score makes its
         own row (or source) and head NaN.
     """
@@ -78,20 +81,23 @@ def edge_softmax_backward(graph, probs, grad_probs, *, out=None, norm_by="dst"):
     ``grad_scores[e] = probs[e] * (grad_probs[e] - sum_{e' in row(e)} probs[e'] * grad_probs[e'])``,
     the sum running over the edges leaving the source of ``e`` with ``norm_by="src"``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    probs : (E,) or (E, H) float array
+    probs : (E, *S) float array
         The output of edge_softmax.
-    grad_probs : (E,) or (E, H) float array
+    grad_probs : (E, *S) float array
         Gradient of the loss with respect to probs.
-    out : (E,) or (E, H) array, optional
+    out : (E, *S) array, optional
     norm_by : {"dst", "src"}
         The forward's norm_by.
 
     Returns
     -------
-    grad_scores : (E,) or (E, H) array
+    grad_scores : (E, *S) array
     """
     _validate.choice("norm_by", norm_by, NORM_BY)
     g, order = _validate.resolve_graph(graph)

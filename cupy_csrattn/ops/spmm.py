@@ -54,21 +54,24 @@ def spmm(graph, weights, values, *, out=None):
 
     ``out[d, h, :] = sum_{e in row d} weights[e, h] * values[src(e), h, :]``
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    weights : (E,) or (E, H) float array, or None
+    weights : (E, *S) float array, or None
         None: the weights are ``graph.data`` when graph is a scipy/cupyx sparse matrix (so
         ``spmm(A, None, X)`` equals ``A @ X``; integer or bool data take the dtype of values),
         and 1 for a CSRGraph or (indptr, indices[, num_src]). Then values may be
-        (num_src, F) or (num_src, H, F), every head weighted alike.
-    values : (num_src, F) or (num_src, H, F) float array
-        (num_src, F) with (E,) weights; (num_src, H, F) with (E, H) weights.
-    out : (num_dst, F) or (num_dst, H, F) array, optional
+        (num_src, *S, F), every head weighted alike.
+    values : (num_src, *S, F) float array
+        With weights, S is that of the weights.
+    out : (num_dst, *S, F) array, optional
 
     Returns
     -------
-    out : (num_dst, F) or (num_dst, H, F) array; rows with no edges are zero.
+    out : (num_dst, *S, F) array; rows with no edges are zero.
     """
     g, order = _validate.resolve_graph(graph)
     weights, values, _, _, _, merge_heads = _check(graph, g, weights, values)
@@ -96,19 +99,22 @@ def spmm_backward(graph, weights, values, grad_out):
     ``grad_weights[e, h] = <grad_out[dst(e), h, :], values[src(e), h, :]>`` and
     ``grad_values[s, h, :] = sum_{e: src(e) = s} weights[e, h] * grad_out[dst(e), h, :]``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    weights : (E,) or (E, H) float array, or None
+    weights : (E, *S) float array, or None
         None as for spmm: a sparse matrix's data (grad_values then uses them), else all ones.
-    values : (num_src, F) or (num_src, H, F) float array
-    grad_out : (num_dst, F) or (num_dst, H, F) float array
+    values : (num_src, *S, F) float array
+    grad_out : (num_dst, *S, F) float array
 
     Returns
     -------
-    grad_weights : (E,) or (E, H) array, or None when weights is None (also for a sparse
+    grad_weights : (E, *S) array, or None when weights is None (also for a sparse
         matrix: its data are not a parameter of the call)
-    grad_values : (num_src, F) or (num_src, H, F) array
+    grad_values : (num_src, *S, F) array
     """
     g, order = _validate.resolve_graph(graph)
     with_grad_weights = weights is not None
