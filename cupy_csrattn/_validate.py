@@ -55,37 +55,50 @@ def float_array(name, x):
     raise TypeError(f"{name} must be a real floating-point array, got dtype {dtype}")
 
 
-def edge_array(name, x, graph, heads="any"):
-    """Check an (E,) or (E, H) edge array; returns H (None for (E,))."""
-    if x.ndim not in (1, 2):
-        raise ValueError(f"{name} must be (E,) or (E, H), got shape {x.shape}")
+def edge_array(name, x, graph, heads="any", heads_of=None):
+    """Check an (E, *S) edge array; returns its trailing shape S (a tuple, () for (E,)).
+
+    With ``heads`` (a tuple) S must equal it: it is the trailing shape of argument ``heads_of``.
+    """
+    if x.ndim < 1:
+        raise ValueError(f"{name} must be (E,) or (E, *S), got shape {x.shape}")
     if x.shape[0] != graph.num_edges:
         raise ValueError(f"{name} has {x.shape[0]} rows, but the graph has {graph.num_edges} edges")
-    found = x.shape[1] if x.ndim == 2 else None
+    found = tuple(x.shape[1:])
     if heads != "any" and found != heads:
-        raise ValueError(f"{name} has shape {x.shape}, expected {_shape_text(graph.num_edges, heads)}")
+        _mismatch(name, x, found, heads, heads_of, _shape_text(graph.num_edges, heads, ()))
     return found
 
 
-def node_array(name, x, num_rows, rows_name, heads="any", feature_axis=True):
-    """Check a node array of shape (N, [H,] F) (or (N, [H]) without feature_axis).
+def node_array(name, x, num_rows, rows_name, heads="any", feature_axis=True, heads_of=None):
+    """Check a node array of shape (N, *S, F) (or (N, *S) without feature_axis).
 
-    Returns (H, F): H is None when the head axis is absent; F is None without feature_axis.
-    heads="any" accepts either form; otherwise the head axis must match ``heads``.
+    Returns (S, F): S is the trailing shape between the rows and the feature axis (a tuple,
+    () for (N, F) or (N,)); F is None without feature_axis. heads="any" accepts any S;
+    otherwise S must equal ``heads``, the trailing shape of argument ``heads_of``.
     """
     base = 2 if feature_axis else 1
-    if x.ndim not in (base, base + 1):
-        wanted = "(N, F) or (N, H, F)" if feature_axis else "(N,) or (N, H)"
+    if x.ndim < base:
+        wanted = "(N, F) or (N, *S, F)" if feature_axis else "(N,) or (N, *S)"
         raise ValueError(f"{name} must be {wanted}, got shape {x.shape}")
     if x.shape[0] != num_rows:
         raise ValueError(f"{name} has {x.shape[0]} rows, but the graph has {num_rows} {rows_name} nodes")
-    found = x.shape[1] if x.ndim == base + 1 else None
-    if heads != "any" and found != heads:
-        tail = ", F" if feature_axis else ""
-        expected = f"({num_rows}{tail})" if heads is None else f"({num_rows}, {heads}{tail})"
-        raise ValueError(f"{name} has shape {x.shape}; to match the other arguments it must be {expected}")
+    found = tuple(x.shape[1:-1]) if feature_axis else tuple(x.shape[1:])
     features = x.shape[-1] if feature_axis else None
+    if heads != "any" and found != heads:
+        hint = ""
+        if feature_axis and found + (1,) == heads:  # DGL's and PyG's (E, H, 1) edge data beside (N, H, F)
+            hint = f"; {name}[..., None, :] (a view) has the axis of size 1 it lacks"
+        _mismatch(name, x, found, heads, heads_of, _shape_text(num_rows, heads, ("F",) if feature_axis else ()), hint)
     return found, features
+
+
+def _mismatch(name, x, found, heads, heads_of, expected, hint=""):
+    """The ValueError of an array whose trailing shape differs from another argument's."""
+    raise ValueError(
+        f"{name} has shape {tuple(x.shape)}, trailing shape {found}, but {heads_of} has trailing shape "
+        f"{heads}: {name} must be {expected}{hint}"
+    )
 
 
 def same_features(name, x, features, other_name):
@@ -93,8 +106,8 @@ def same_features(name, x, features, other_name):
         raise ValueError(f"{name} has {x.shape[-1]} features in its last axis, but {other_name} has {features}")
 
 
-def _shape_text(rows, heads):
-    return f"({rows},)" if heads is None else f"({rows}, {heads})"
+def _shape_text(rows, heads, tail):
+    return "(" + ", ".join(str(n) for n in (rows, *heads, *tail)) + ("," if not heads and not tail else "") + ")"
 
 
 def finite_scalar(name, value):

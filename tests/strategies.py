@@ -53,7 +53,9 @@ def csr_graphs(draw, max_rows=12, max_degree=9, max_src=15, hub_degrees=(150, 60
     return GraphData(indptr, indices, num_src)
 
 
-heads = st.sampled_from([None, 1, 3, 8])  # None: no head axis at all
+# None: no head axis at all; a tuple: a trailing shape S of edge arrays (E, *S) and node
+# arrays (N, *S, F), (2, 1) being DGL's and PyG's (E, H, 1) layout
+heads = st.sampled_from([None, 1, 3, 8, (1, 3), (2, 1), (2, 1, 2)])
 features = st.sampled_from([1, 2, 5, 8])  # odd and even F
 float_dtypes = st.sampled_from([np.float32, np.float64])
 seeds = st.integers(0, 2**32 - 1)

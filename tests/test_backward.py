@@ -13,7 +13,7 @@ from strategies import csr_graphs, heads, seeds
 
 import cupy_csrattn as ca
 from cupy_csrattn.ops.registry import OPS
-from cupy_csrattn.testing.arrays import make_graph, to_xp
+from cupy_csrattn.testing.arrays import make_graph, to_xp, trailing_shape
 from cupy_csrattn.testing.cases import CASE_BY_NAME, check_case
 from cupy_csrattn.testing.compare import array_module_of, to_np
 from cupy_csrattn.testing.graphs import GraphData, hub, num_dst_of
@@ -62,7 +62,7 @@ def _n(graph):
 
 
 def _shape(n, H, *rest):
-    return (n,) + (() if H is None else (H,)) + rest
+    return (n, *trailing_shape(H), *rest)
 
 
 def _make_scores_values(rng, graph, H, F):
@@ -137,7 +137,7 @@ def _gatv2_fd(slope):
         return {
             "x_dst": near_lattice(_shape(_n(graph), H, F), 0.3),
             "x_src": near_lattice(_shape(graph.num_src, H, F), 0.4),
-            "att": rng.standard_normal(_shape(F, None) if H is None else (H, F)),
+            "att": rng.standard_normal((*trailing_shape(H), F)),
         }
 
     def forward(g, x):
@@ -184,6 +184,15 @@ FD_CASES = [
         lambda rng, graph, H, F: {"scores": rng.standard_normal(_shape(len(graph.indices), H))},
         lambda g, x: ca.edge_softmax(g, x["scores"]),
         lambda g, x, go: {"scores": ca.edge_softmax_backward(g, ca.edge_softmax(g, x["scores"]), go)},
+    ),
+    FDCase(
+        "edge_softmax_by_src",
+        "edge_softmax",
+        lambda rng, graph, H, F: {"scores": rng.standard_normal(_shape(len(graph.indices), H))},
+        lambda g, x: ca.edge_softmax(g, x["scores"], norm_by="src"),
+        lambda g, x, go: {
+            "scores": ca.edge_softmax_backward(g, ca.edge_softmax(g, x["scores"], norm_by="src"), go, norm_by="src")
+        },
     ),
     FDCase(
         "spmm",
@@ -281,7 +290,7 @@ def test_directional_derivatives(xp, case, graph, H, F, seed):
 TINY = GraphData(np.array([0, 2, 2, 5, 6], np.int32), np.array([1, 0, 2, 2, 0, 1], np.int32), 3)
 
 
-@pytest.mark.parametrize("H", [None, 2])
+@pytest.mark.parametrize("H", [None, 2, (1, 3), (2, 1, 2)], ids=str)
 @pytest.mark.parametrize("case", FD_PARAMS)
 def test_every_coordinate_on_tiny_graph(xp, case, H):
     _, x, grads, loss, loss_scale = _setup(xp, case, TINY, H, 3, seed=7)

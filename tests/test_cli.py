@@ -189,8 +189,8 @@ def test_check_reports_a_mismatch_and_exits_1(capsys, monkeypatch):
     entry = OPS["edge_softmax"]
     original = entry.cpu
 
-    def wrong(graph, scores, out):
-        original(graph, scores, out)
+    def wrong(graph, scores, norm_by, out):
+        original(graph, scores, norm_by, out)
         if out.size:
             out.reshape(-1)[-1] += 0.5
 

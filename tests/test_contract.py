@@ -26,7 +26,7 @@ def test_random_graphs(xp, case, graph, H, F, dtype, seed):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("H", [None, 1, 3])
+@pytest.mark.parametrize("H", [None, 1, 3, (1, 3), (3, 4, 2)], ids=str)
 @pytest.mark.parametrize("name", SMALL_GRAPH_NAMES)
 @pytest.mark.parametrize("case", ALL_CASES)
 def test_named_graphs(xp, case, name, H, dtype):

@@ -187,8 +187,17 @@ def test_scores_wrong_length(xp):
     _raises(xp, ValueError, "scores", "edge_softmax", _r(E + 1))
 
 
-def test_scores_3d(xp):
-    _raises(xp, ValueError, "scores", "edge_softmax", _r(E, H, 1))
+def test_pyg_logits_with_values_lacking_their_axis(xp):
+    """(E, H, 1) scores need (N, H, 1, F) values: the message names both and the view that fits."""
+    _raises(
+        xp,
+        ValueError,
+        r"values has shape \(11, 3, 4\), trailing shape \(3,\), but scores has trailing shape \(3, 1\): "
+        r"values must be \(11, 3, 1, F\); values\[\.\.\., None, :\] \(a view\)",
+        "attention_aggregate",
+        _r(E, H, 1),
+        _r(N_SRC, H, F),
+    )
 
 
 def test_scores_0d(xp):
@@ -222,8 +231,8 @@ def test_spmm_values_1d(xp):
     _raises(xp, ValueError, "values", "spmm", _r(E), _r(N_SRC))
 
 
-def test_spmm_values_4d(xp):
-    _raises(xp, ValueError, "values", "spmm", None, _r(N_SRC, H, F, 2))
+def test_spmm_values_with_an_extra_axis(xp):
+    _raises(xp, ValueError, "values.*weights", "spmm", _r(E, H), _r(N_SRC, H, F, 2))
 
 
 def test_spmm_unheaded_weights_with_headed_values(xp):
@@ -281,8 +290,9 @@ def test_sddmm_add_head_mismatch(xp):
     _raises(xp, ValueError, "dst_feat|src_feat", "sddmm", _r(N_DST), _r(N_SRC, H), op="add")
 
 
-def test_sddmm_add_with_feature_axis(xp):
-    _raises(xp, ValueError, "dst_feat|src_feat", "sddmm", _r(N_DST, H, D), _r(N_SRC, H, D), op="add")
+def test_sddmm_add_with_feature_axis_on_one_side(xp):
+    """ "add" takes per-node scalars (N, *S): an axis more on one side is a trailing-shape mismatch."""
+    _raises(xp, ValueError, "src_feat.*dst_feat", "sddmm", _r(N_DST, H, D), _r(N_SRC, H), op="add")
 
 
 @pytest.mark.parametrize("scale", [math.nan, math.inf, -math.inf])

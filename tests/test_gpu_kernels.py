@@ -12,6 +12,7 @@ from helpers import poison, require_cupy
 
 import cupy_csrattn as ca
 from cupy_csrattn.gpu import plan
+from cupy_csrattn.testing.arrays import trailing_shape
 from cupy_csrattn.testing.compare import assert_close, to_np
 
 
@@ -48,14 +49,16 @@ def _close(got, want, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("heads,features", [(None, 5), (1, 64), (3, 7), (8, 16), (40, 1), (2, 70)])
+@pytest.mark.parametrize(
+    "heads,features", [(None, 5), (1, 64), (3, 7), (8, 16), (40, 1), (2, 70), ((2, 1), 5), ((3, 4, 2), 3)], ids=str
+)
 def test_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
     rng = np.random.default_rng(7)
     g = _graph(rng, index_dtype)
     gg = g.to_gpu()
     E = g.num_edges
-    edge_shape = (E,) if heads is None else (E, heads)
-    node = lambda n: (n, features) if heads is None else (n, heads, features)
+    edge_shape = (E, *trailing_shape(heads))
+    node = lambda n: (n, *trailing_shape(heads), features)
     scores = (rng.standard_normal(edge_shape) * 3).astype(dtype)
     grad_edges = rng.standard_normal(edge_shape).astype(dtype)
     values = rng.standard_normal(node(g.num_src)).astype(dtype)
@@ -81,7 +84,7 @@ def test_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
         else:
             _close(got_w, want_w, dtype)
 
-    scalar = lambda n: (n,) if heads is None else (n, heads)
+    scalar = lambda n: (n, *trailing_shape(heads))
     for op, dst_shape, src_shape, scale in (
         ("dot", node(g.num_dst), node(g.num_src), 0.5),
         ("add", scalar(g.num_dst), scalar(g.num_src), 1.0),
@@ -120,10 +123,10 @@ def _fused_inputs(rng, g, heads, head_dim, features, dtype):
     of the ops); gatv2's head width is head_dim."""
 
     def node(n, last):
-        return rng.standard_normal((n, last) if heads is None else (n, heads, last)).astype(dtype)
+        return rng.standard_normal((n, *trailing_shape(heads), last)).astype(dtype)
 
     def scalar(n):
-        return rng.standard_normal((n,) if heads is None else (n, heads)).astype(dtype)
+        return rng.standard_normal((n, *trailing_shape(heads))).astype(dtype)
 
     return {
         "graph_attention": dict(q=node(g.num_dst, head_dim), k=node(g.num_src, head_dim), v=node(g.num_src, features)),
@@ -133,7 +136,7 @@ def _fused_inputs(rng, g, heads, head_dim, features, dtype):
         "gatv2_attention": dict(
             x_dst=node(g.num_dst, head_dim),
             x_src=node(g.num_src, head_dim),
-            att=rng.standard_normal((head_dim,) if heads is None else (heads, head_dim)).astype(dtype),
+            att=rng.standard_normal((*trailing_shape(heads), head_dim)).astype(dtype),
         ),
     }
 
@@ -153,7 +156,10 @@ def _fused_inputs(rng, g, heads, head_dim, features, dtype):
         (2, 0, 3),
         (2, 4, 0),
         (1, 150, 2),
+        ((2, 1), 16, 16),
+        ((3, 1, 2), 5, 3),
     ],
+    ids=str,
 )
 def test_fused_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, head_dim, features):
     """graph_attention, gat_attention and gatv2_attention, forward and backward, against the
@@ -275,3 +281,31 @@ def test_no_launch_on_empty_graph(cupy):
     grads = ca.gatv2_attention_backward(g, x, x, att, out, out, lse)
     assert [a.shape for a in grads] == [(0, 2, 3), (0, 2, 3), (2, 3)]
     assert (cupy.asnumpy(grads[2]) == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("heads", [None, 1, 3, 40, (2, 1, 3)], ids=str)
+def test_softmax_by_source_matches_cpu(cupy, plan_limits, dtype, index_dtype, heads):
+    """norm_by="src": the sources' rows of the transpose (about 100 edges each, split under the
+    lowered plans), forward and backward, with special values in one source."""
+    rng = np.random.default_rng(9)
+    g = _graph(rng, index_dtype)
+    gg = g.to_gpu()
+    edge_shape = (g.num_edges, *trailing_shape(heads))
+    scores = (rng.standard_normal(edge_shape) * 3).astype(dtype)
+    source_edges = np.flatnonzero(g.indices == 2)
+    scores[source_edges] = -np.inf  # source 2: every score -inf, zero weights
+    scores[np.flatnonzero(g.indices == 4)[3]] = np.nan  # source 4: NaN
+    grad_probs = rng.standard_normal(edge_shape).astype(dtype)
+    want = ca.edge_softmax(g, scores, norm_by="src")
+    out = poison(cupy, edge_shape, dtype)
+    assert ca.edge_softmax(gg, cupy.asarray(scores), out=out, norm_by="src") is out
+    got = cupy.asnumpy(out)
+    assert (got[source_edges] == 0).all()
+    nan = g.indices == 4
+    assert np.isnan(got[nan]).all() and not np.isnan(got[~nan]).any()
+    _close(got[~nan], want[~nan], dtype)
+    probs = np.nan_to_num(want).astype(dtype)
+    got = ca.edge_softmax_backward(gg, cupy.asarray(probs), cupy.asarray(grad_probs), norm_by="src")
+    _close(got, ca.edge_softmax_backward(g, probs, grad_probs, norm_by="src"), dtype)

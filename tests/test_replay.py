@@ -164,3 +164,25 @@ def test_captured_layer_follows_inputs_written_in_place(cupy):
             stream.synchronize()
             _assert_same(out, want_out, "captured gat_attention")
             _assert_same(grads, want_grads, "captured gat_attention_backward")
+
+
+@pytest.mark.parametrize("trailing", [(2, 1), (1, 3, 2)], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_trailing_shapes_replay(cupy, case, trailing):
+    """Edge arrays (E, *S) and node arrays (N, *S, F) reach the kernels as reshaped views, not
+    copies (a copy is other work, which keeps the full path): repeated calls replay."""
+    rng = np.random.default_rng(7)
+    graph_data = odd_sizes()
+    graph = make_graph(cupy, graph_data)
+    public = OPS[case.op].function
+    for call in range(3):
+        args, kwargs = to_xp(cupy, case.make(rng, graph_data, trailing, 4, np.float32))
+        got = public(graph, *args, **kwargs)
+        want = public.__wrapped__(graph, *args, **kwargs)
+        _assert_same(got, want, f"{case} call {call}")
+        for r in _results(got):  # node and edge arrays (N, *S, ...); a parameter's gradient (*S, D)
+            assert r is None or trailing in (r.shape[1 : 1 + len(trailing)], r.shape[: len(trailing)])
+    if case.name in FULL_PATH_ONLY and dict(kwargs).get("scale", 1.0) != 1.0:
+        assert not _replay_records(graph)
+    else:
+        assert len(_replay_records(graph)) == 1, "the repeated call was not replayed"

@@ -2,7 +2,9 @@
 
 from cupy_csrattn.backend import accumulation_dtype
 from cupy_csrattn.gpu import plan as plans
+from cupy_csrattn.gpu.derived import transpose_edge_orders
 from cupy_csrattn.gpu.kernels import WARP, launch, scratch, warp_grid
+from cupy_csrattn.gpu.sddmm import gather_edges
 
 
 def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
@@ -74,9 +76,33 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
         )
 
 
-def edge_softmax(graph, scores, out):
-    run_softmax("forward", graph, scores, out=out)
+def _by_source(mode, graph, a, g, out):
+    """Softmax mode ``mode`` over each source's edges: the edge arrays are gathered into the
+    order of the cached transpose (whose rows are the sources), the rows of the transpose are
+    normalized there, and the result is gathered back, all by kernel launches (so such a
+    call replays; see gpu/replay.py)."""
+    graph_t, _ = graph.transpose()
+    perm, inverse, indices = transpose_edge_orders(graph)
+    a_t = scratch(a.shape, a.dtype)
+    gather_edges(graph, a, perm, indices, a_t)
+    g_t = None
+    if g is not None:
+        g_t = scratch(g.shape, g.dtype)
+        gather_edges(graph, g, perm, indices, g_t)
+    out_t = scratch(out.shape, out.dtype)
+    run_softmax(mode, graph_t, a_t, g=g_t, out=out_t)
+    gather_edges(graph, out_t, inverse, indices, out)
 
 
-def edge_softmax_backward(graph, probs, grad_probs, out):
-    run_softmax("grad_probs", graph, probs, g=grad_probs, out=out)
+def edge_softmax(graph, scores, norm_by, out):
+    if norm_by == "src":
+        _by_source("forward", graph, scores, None, out)
+    else:
+        run_softmax("forward", graph, scores, out=out)
+
+
+def edge_softmax_backward(graph, probs, grad_probs, norm_by, out):
+    if norm_by == "src":
+        _by_source("grad_probs", graph, probs, grad_probs, out)
+    else:
+        run_softmax("grad_probs", graph, probs, g=grad_probs, out=out)

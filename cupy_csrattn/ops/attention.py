@@ -14,36 +14,30 @@ from cupy_csrattn.ops.placement import Placement
 from cupy_csrattn.ops.registry import register
 
 
-def _lse_shape(g, heads):
-    return (g.num_dst,) if heads is None else (g.num_dst, heads)
-
-
-def _out_shape(g, heads, features):
-    return (g.num_dst, features) if heads is None else (g.num_dst, heads, features)
-
-
 def forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, canonical_heads):
+    """out (num_dst, *S, F) and, with return_lse, lse (num_dst, *S), S the trailing shape ``heads``."""
     out_c, out_result = place.output(
-        "out", out, _out_shape(g, heads, features), dtype, (g.num_dst, canonical_heads, features)
+        "out", out, (g.num_dst, *heads, features), dtype, (g.num_dst, canonical_heads, features)
     )
     lse_c = lse_result = None
     if return_lse:
-        lse_c, lse_result = place.output("lse", None, _lse_shape(g, heads), lse_dtype, (g.num_dst, canonical_heads))
+        lse_c, lse_result = place.output("lse", None, (g.num_dst, *heads), lse_dtype, (g.num_dst, canonical_heads))
     return out_c, lse_c, ((out_result, lse_result) if return_lse else out_result)
 
 
-def check_saved(g, heads, features, out, grad_out, lse, values_name):
+def check_saved(g, heads, heads_of, features, out, grad_out, lse, values_name):
     """Checks of the forward's out, the incoming grad_out and the forward's lse.
 
-    values_name: the op's name for the array whose feature width out must have (v or values).
+    heads_of: the argument whose trailing shape they must have; values_name: the op's name for
+    the array whose feature width out must have (v or values).
     """
     out = _validate.float_array("out", out)
     grad_out = _validate.float_array("grad_out", grad_out)
     lse = _validate.float_array("lse", lse)
     for name, array in (("out", out), ("grad_out", grad_out)):
-        _validate.node_array(name, array, g.num_dst, "destination", heads=heads)
+        _validate.node_array(name, array, g.num_dst, "destination", heads=heads, heads_of=heads_of)
         _validate.same_features(name, array, features, values_name)
-    _validate.node_array("lse", lse, g.num_dst, "destination", heads=heads, feature_axis=False)
+    _validate.node_array("lse", lse, g.num_dst, "destination", heads=heads, feature_axis=False, heads_of=heads_of)
     return out, grad_out, lse
 
 
@@ -54,7 +48,7 @@ def _check_aggregate(g, scores, values):
     scores = _validate.float_array("scores", scores)
     values = _validate.float_array("values", values)
     heads = _validate.edge_array("scores", scores, g)
-    _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads)
+    _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads, heads_of="scores")
     return scores, values, heads, features
 
 
@@ -67,19 +61,22 @@ def _check_aggregate(g, scores, values):
 def attention_aggregate(graph, scores, values, *, out=None, return_lse=False):
     """Softmax-weighted neighbour sum, fused: ``spmm(graph, edge_softmax(graph, scores), values)``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    scores : (E,) or (E, H) float array
-    values : (num_src, F) or (num_src, H, F) float array
-    out : (num_dst, F) or (num_dst, H, F) array, optional
+    scores : (E, *S) float array
+    values : (num_src, *S, F) float array
+    out : (num_dst, *S, F) array, optional
     return_lse : bool
         Also return the per-row log-sum-exp of the scores.
 
     Returns
     -------
-    out : (num_dst, F) or (num_dst, H, F) array; zero for rows with no edges.
-    lse : (num_dst,) or (num_dst, H) array, only with return_lse
+    out : (num_dst, *S, F) array; zero for rows with no edges.
+    lse : (num_dst, *S) array, only with return_lse
         -inf for rows with no edges (or all scores -inf); float32 for float16 inputs.
     """
     g, order = _validate.resolve_graph(graph)
@@ -87,7 +84,7 @@ def attention_aggregate(graph, scores, values, *, out=None, return_lse=False):
     dtype, lse_dtype = _validate.result_dtypes(scores, values)
     place = Placement(g, order, [scores, values])
     scores_c = place.edge_input(scores, dtype)
-    values_c = place.node_input(values, dtype, heads)
+    values_c = place.node_input(values, dtype)
     out_c, lse_c, result = forward_outputs(
         place, g, heads, features, dtype, lse_dtype, out, return_lse, scores_c.shape[1]
     )
@@ -109,34 +106,37 @@ def attention_aggregate_backward(graph, scores, values, grad_out, *, lse=None):
     ``grad_scores = p * (dp - sum_{row} p * dp)``,
     ``grad_values[s] = sum_{e: src(e) = s} p[e] * grad_out[dst(e)]``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    scores : (E,) or (E, H) float array
-    values : (num_src, F) or (num_src, H, F) float array
-    grad_out : (num_dst, F) or (num_dst, H, F) float array
-    lse : (num_dst,) or (num_dst, H) float array, optional
+    scores : (E, *S) float array
+    values : (num_src, *S, F) float array
+    grad_out : (num_dst, *S, F) float array
+    lse : (num_dst, *S) float array, optional
         The forward's log-sum-exp; recomputed when omitted.
 
     Returns
     -------
-    grad_scores : (E,) or (E, H) array
-    grad_values : (num_src, F) or (num_src, H, F) array
+    grad_scores : (E, *S) array
+    grad_values : (num_src, *S, F) array
     """
     g, order = _validate.resolve_graph(graph)
     scores, values, heads, features = _check_aggregate(g, scores, values)
     grad_out = _validate.float_array("grad_out", grad_out)
-    _validate.node_array("grad_out", grad_out, g.num_dst, "destination", heads=heads)
+    _validate.node_array("grad_out", grad_out, g.num_dst, "destination", heads=heads, heads_of="scores")
     _validate.same_features("grad_out", grad_out, features, "values")
     if lse is not None:
         lse = _validate.float_array("lse", lse)
-        _validate.node_array("lse", lse, g.num_dst, "destination", heads=heads, feature_axis=False)
+        _validate.node_array("lse", lse, g.num_dst, "destination", heads=heads, feature_axis=False, heads_of="scores")
     dtype, lse_dtype = _validate.result_dtypes(scores, values, grad_out)
     place = Placement(g, order, [scores, values, grad_out, lse])
     scores_c = place.edge_input(scores, dtype)
-    values_c = place.node_input(values, dtype, heads)
-    grad_out_c = place.node_input(grad_out, dtype, heads)
-    lse_c = None if lse is None else place.node_input(lse, lse_dtype, heads, per_node_scalar=True)
+    values_c = place.node_input(values, dtype)
+    grad_out_c = place.node_input(grad_out, dtype)
+    lse_c = None if lse is None else place.node_input(lse, lse_dtype, per_node_scalar=True)
     grad_scores_c, grad_scores = place.output("grad_scores", None, scores.shape, dtype, scores_c.shape, edge=True)
     grad_values_c, grad_values = place.output("grad_values", None, values.shape, dtype, values_c.shape)
     place.run(attention_aggregate_backward.op, scores_c, values_c, grad_out_c, lse_c, grad_scores_c, grad_values_c)
@@ -152,9 +152,9 @@ def _check_qkv(g, q, k, v, scale):
     k = _validate.float_array("k", k)
     v = _validate.float_array("v", v)
     heads, head_dim = _validate.node_array("q", q, g.num_dst, "destination")
-    _validate.node_array("k", k, g.num_src, "source", heads=heads)
+    _validate.node_array("k", k, g.num_src, "source", heads=heads, heads_of="q")
     _validate.same_features("k", k, head_dim, "q")
-    _, features = _validate.node_array("v", v, g.num_src, "source", heads=heads)
+    _, features = _validate.node_array("v", v, g.num_src, "source", heads=heads, heads_of="q")
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
     else:
@@ -173,28 +173,31 @@ def graph_attention(graph, q, k, v, *, scale=None, out=None, return_lse=False):
 
     ``out[d] = sum_{e in row d} softmax_e(scale * <q[d], k[src(e)]>) * v[src(e)]``, per head.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    q : (num_dst, D) or (num_dst, H, D) float array
-    k : (num_src, D) or (num_src, H, D) float array
-    v : (num_src, F) or (num_src, H, F) float array
+    q : (num_dst, *S, D) float array
+    k : (num_src, *S, D) float array
+    v : (num_src, *S, F) float array
     scale : float, optional
         Defaults to 1 / sqrt(D).
-    out : (num_dst, F) or (num_dst, H, F) array, optional
+    out : (num_dst, *S, F) array, optional
     return_lse : bool
         Also return the per-row log-sum-exp of the scores (needed by the backward).
 
     Returns
     -------
-    out : (num_dst, F) or (num_dst, H, F) array
-    lse : (num_dst,) or (num_dst, H) array, only with return_lse
+    out : (num_dst, *S, F) array
+    lse : (num_dst, *S) array, only with return_lse
     """
     g, order = _validate.resolve_graph(graph)
     q, k, v, heads, features, scale = _check_qkv(g, q, k, v, scale)
     dtype, lse_dtype = _validate.result_dtypes(q, k, v)
     place = Placement(g, order, [q, k, v])
-    q_c, k_c, v_c = (place.node_input(x, dtype, heads) for x in (q, k, v))
+    q_c, k_c, v_c = (place.node_input(x, dtype) for x in (q, k, v))
     out_c, lse_c, result = forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, q_c.shape[1])
     place.run(graph_attention.op, q_c, k_c, v_c, scale, out_c, lse_c)
     return result
@@ -214,13 +217,16 @@ def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None):
     ``grad_q[d] = scale * sum_e ds * k[s]``, ``grad_k[s] = scale * sum_e ds * q[d]``,
     ``grad_v[s] = sum_e p * grad_out[d]``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
     q, k, v : float arrays, shaped as for graph_attention
-    out : (num_dst, [H,] F) float array, the forward's output
-    grad_out : (num_dst, [H,] F) float array
-    lse : (num_dst,) or (num_dst, H) float array, the forward's log-sum-exp
+    out : (num_dst, *S, F) float array, the forward's output
+    grad_out : (num_dst, *S, F) float array
+    lse : (num_dst, *S) float array, the forward's log-sum-exp
     scale : float, optional
         The forward's scale; defaults to 1 / sqrt(D).
 
@@ -230,11 +236,11 @@ def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None):
     """
     g, order = _validate.resolve_graph(graph)
     q, k, v, heads, features, scale = _check_qkv(g, q, k, v, scale)
-    out, grad_out, lse = check_saved(g, heads, features, out, grad_out, lse, "v")
+    out, grad_out, lse = check_saved(g, heads, "q", features, out, grad_out, lse, "v")
     dtype, lse_dtype = _validate.result_dtypes(q, k, v, out, grad_out)
     place = Placement(g, order, [q, k, v, out, grad_out, lse])
-    q_c, k_c, v_c, out_c, grad_out_c = (place.node_input(x, dtype, heads) for x in (q, k, v, out, grad_out))
-    lse_c = place.node_input(lse, lse_dtype, heads, per_node_scalar=True)
+    q_c, k_c, v_c, out_c, grad_out_c = (place.node_input(x, dtype) for x in (q, k, v, out, grad_out))
+    lse_c = place.node_input(lse, lse_dtype, per_node_scalar=True)
     grads = [
         place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape)
         for name, x, x_c in (("q", q, q_c), ("k", k, k_c), ("v", v, v_c))
@@ -251,8 +257,8 @@ def _check_gat(g, a_dst, a_src, values, negative_slope):
     a_src = _validate.float_array("a_src", a_src)
     values = _validate.float_array("values", values)
     heads, _ = _validate.node_array("a_dst", a_dst, g.num_dst, "destination", feature_axis=False)
-    _validate.node_array("a_src", a_src, g.num_src, "source", heads=heads, feature_axis=False)
-    _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads)
+    _validate.node_array("a_src", a_src, g.num_src, "source", heads=heads, feature_axis=False, heads_of="a_dst")
+    _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads, heads_of="a_dst")
     negative_slope = _validate.finite_scalar("negative_slope", negative_slope)
     return a_dst, a_src, values, heads, features, negative_slope
 
@@ -266,29 +272,32 @@ def _check_gat(g, a_dst, a_src, values, negative_slope):
 def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, out=None, return_lse=False):
     """Fused GAT attention: softmax over each row of leaky_relu(a_dst[d] + a_src[s]) weighting values[s].
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    a_dst : (num_dst,) or (num_dst, H) float array
-    a_src : (num_src,) or (num_src, H) float array
-    values : (num_src, F) or (num_src, H, F) float array
+    a_dst : (num_dst, *S) float array
+    a_src : (num_src, *S) float array
+    values : (num_src, *S, F) float array
     negative_slope : float
-    out : (num_dst, F) or (num_dst, H, F) array, optional
+    out : (num_dst, *S, F) array, optional
     return_lse : bool
         Also return the per-row log-sum-exp of the scores (needed by the backward).
 
     Returns
     -------
-    out : (num_dst, F) or (num_dst, H, F) array
-    lse : (num_dst,) or (num_dst, H) array, only with return_lse
+    out : (num_dst, *S, F) array
+    lse : (num_dst, *S) array, only with return_lse
     """
     g, order = _validate.resolve_graph(graph)
     a_dst, a_src, values, heads, features, negative_slope = _check_gat(g, a_dst, a_src, values, negative_slope)
     dtype, lse_dtype = _validate.result_dtypes(a_dst, a_src, values)
     place = Placement(g, order, [a_dst, a_src, values])
-    a_dst_c = place.node_input(a_dst, dtype, heads, per_node_scalar=True)
-    a_src_c = place.node_input(a_src, dtype, heads, per_node_scalar=True)
-    values_c = place.node_input(values, dtype, heads)
+    a_dst_c = place.node_input(a_dst, dtype, per_node_scalar=True)
+    a_src_c = place.node_input(a_src, dtype, per_node_scalar=True)
+    values_c = place.node_input(values, dtype)
     out_c, lse_c, result = forward_outputs(
         place, g, heads, features, dtype, lse_dtype, out, return_lse, values_c.shape[1]
     )
@@ -311,13 +320,16 @@ def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, n
     ``ds * (1 if z > 0 else negative_slope)``; grad_a_dst sums it over each row, grad_a_src
     over each source, and ``grad_values[s] = sum_e p * grad_out[d]``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
     a_dst, a_src, values : float arrays, shaped as for gat_attention
-    out : (num_dst, [H,] F) float array, the forward's output
-    grad_out : (num_dst, [H,] F) float array
-    lse : (num_dst,) or (num_dst, H) float array, the forward's log-sum-exp
+    out : (num_dst, *S, F) float array, the forward's output
+    grad_out : (num_dst, *S, F) float array
+    lse : (num_dst, *S) float array, the forward's log-sum-exp
     negative_slope : float
 
     Returns
@@ -326,13 +338,13 @@ def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, n
     """
     g, order = _validate.resolve_graph(graph)
     a_dst, a_src, values, heads, features, negative_slope = _check_gat(g, a_dst, a_src, values, negative_slope)
-    out, grad_out, lse = check_saved(g, heads, features, out, grad_out, lse, "values")
+    out, grad_out, lse = check_saved(g, heads, "a_dst", features, out, grad_out, lse, "values")
     dtype, lse_dtype = _validate.result_dtypes(a_dst, a_src, values, out, grad_out)
     place = Placement(g, order, [a_dst, a_src, values, out, grad_out, lse])
-    a_dst_c = place.node_input(a_dst, dtype, heads, per_node_scalar=True)
-    a_src_c = place.node_input(a_src, dtype, heads, per_node_scalar=True)
-    values_c, out_c, grad_out_c = (place.node_input(x, dtype, heads) for x in (values, out, grad_out))
-    lse_c = place.node_input(lse, lse_dtype, heads, per_node_scalar=True)
+    a_dst_c = place.node_input(a_dst, dtype, per_node_scalar=True)
+    a_src_c = place.node_input(a_src, dtype, per_node_scalar=True)
+    values_c, out_c, grad_out_c = (place.node_input(x, dtype) for x in (values, out, grad_out))
+    lse_c = place.node_input(lse, lse_dtype, per_node_scalar=True)
     grads = [
         place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape)
         for name, x, x_c in (("a_dst", a_dst, a_dst_c), ("a_src", a_src, a_src_c), ("values", values, values_c))

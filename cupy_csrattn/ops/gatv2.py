@@ -24,19 +24,18 @@ def _check_gatv2(g, x_dst, x_src, att, negative_slope):
     x_src = _validate.float_array("x_src", x_src)
     att = _validate.float_array("att", att)
     heads, head_dim = _validate.node_array("x_dst", x_dst, g.num_dst, "destination")
-    _validate.node_array("x_src", x_src, g.num_src, "source", heads=heads)
+    _validate.node_array("x_src", x_src, g.num_src, "source", heads=heads, heads_of="x_dst")
     _validate.same_features("x_src", x_src, head_dim, "x_dst")
-    att_shape = (head_dim,) if heads is None else (heads, head_dim)
+    att_shape = (*heads, head_dim)
     if tuple(att.shape) != att_shape:
-        wanted = "(D,)" if heads is None else "(H, D)"
-        raise ValueError(f"att has shape {tuple(att.shape)}; to match x_dst it must be {wanted} = {att_shape}")
+        raise ValueError(f"att has shape {tuple(att.shape)}; to match x_dst it must be (*S, D) = {att_shape}")
     negative_slope = _validate.finite_scalar("negative_slope", negative_slope)
     return x_dst, x_src, att, heads, head_dim, negative_slope
 
 
 def _place_inputs(place, dtype, heads, head_dim, x_dst, x_src, att):
-    x_dst_c = place.node_input(x_dst, dtype, heads)
-    x_src_c = place.node_input(x_src, dtype, heads)
+    x_dst_c = place.node_input(x_dst, dtype)
+    x_src_c = place.node_input(x_src, dtype)
     att_c = place.dense_input(att, dtype, (x_dst_c.shape[1], head_dim))
     return x_dst_c, x_src_c, att_c
 
@@ -54,19 +53,20 @@ def gatv2_attention(graph, x_dst, x_src, att, *, negative_slope=0.2, out=None, r
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    x_dst : (num_dst, D) or (num_dst, H, D) float array
-    x_src : (num_src, D) or (num_src, H, D) float array
+    x_dst : (num_dst, [*S,] D) float array
+        S: any trailing shape of heads ((H,) most often), shared by every argument.
+    x_src : (num_src, [*S,] D) float array
         Enters the scores and is the message.
-    att : (D,) or (H, D) float array
+    att : ([*S,] D) float array
     negative_slope : float
-    out : (num_dst, D) or (num_dst, H, D) array, optional
+    out : (num_dst, [*S,] D) array, optional
     return_lse : bool
         Also return the per-row log-sum-exp of the scores (needed by the backward).
 
     Returns
     -------
-    out : (num_dst, D) or (num_dst, H, D) array; zero for rows with no edges.
-    lse : (num_dst,) or (num_dst, H) array, only with return_lse
+    out : (num_dst, [*S,] D) array; zero for rows with no edges.
+    lse : (num_dst, [*S]) array, only with return_lse
         -inf for rows with no edges (or all scores -inf); float32 for float16 inputs.
     """
     g, order = _validate.resolve_graph(graph)
@@ -104,7 +104,7 @@ def gatv2_attention_backward(graph, x_dst, x_src, att, out, grad_out, lse, *, ne
     x_dst, x_src, att : float arrays, shaped as for gatv2_attention
     out : (num_dst, [H,] D) float array, the forward's output
     grad_out : (num_dst, [H,] D) float array
-    lse : (num_dst,) or (num_dst, H) float array, the forward's log-sum-exp
+    lse : (num_dst, [*S]) float array, the forward's log-sum-exp
     negative_slope : float
 
     Returns
@@ -113,12 +113,12 @@ def gatv2_attention_backward(graph, x_dst, x_src, att, out, grad_out, lse, *, ne
     """
     g, order = _validate.resolve_graph(graph)
     x_dst, x_src, att, heads, head_dim, negative_slope = _check_gatv2(g, x_dst, x_src, att, negative_slope)
-    out, grad_out, lse = check_saved(g, heads, head_dim, out, grad_out, lse, "x_src")
+    out, grad_out, lse = check_saved(g, heads, "x_dst", head_dim, out, grad_out, lse, "x_src")
     dtype, lse_dtype = _validate.result_dtypes(x_dst, x_src, att, out, grad_out)
     place = Placement(g, order, [x_dst, x_src, att, out, grad_out, lse])
     x_dst_c, x_src_c, att_c = _place_inputs(place, dtype, heads, head_dim, x_dst, x_src, att)
-    out_c, grad_out_c = (place.node_input(x, dtype, heads) for x in (out, grad_out))
-    lse_c = place.node_input(lse, lse_dtype, heads, per_node_scalar=True)
+    out_c, grad_out_c = (place.node_input(x, dtype) for x in (out, grad_out))
+    lse_c = place.node_input(lse, lse_dtype, per_node_scalar=True)
     grads = [
         place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape)
         for name, x, x_c in (("x_dst", x_dst, x_dst_c), ("x_src", x_src, x_src_c), ("att", att, att_c))

@@ -1,5 +1,7 @@
 """Placement: moves one call's arrays to where it runs, in the layout the backends take."""
 
+import math
+
 from cupy_csrattn import _validate, backend
 from cupy_csrattn.gpu import replay
 
@@ -8,7 +10,9 @@ class Placement:
     """Where one call runs, and its arrays there in the canonical layout.
 
     Backends see edge arrays as (E, H), node features as (N, H, F) and per-node scalars as
-    (N, H), all C-contiguous in one dtype, and write into outputs they are handed. For a
+    (N, H), all C-contiguous in one dtype: the public (E, *S), (N, *S, F) and (N, *S) arrays
+    with their trailing shape S flattened into H = prod(S) heads (a reshape, a view of a
+    C-contiguous input in the computing dtype), and write into outputs they are handed. For a
     CSC/COO matrix given as the graph, ``edge_order`` maps graph edges to the matrix's
     stored entries: edge inputs are gathered into graph order and edge outputs scattered back.
     """
@@ -27,12 +31,13 @@ class Placement:
         placed graph and ``args`` (canonical arrays, scalars, outputs)."""
         op.backend(self.on_gpu)(self.graph, *args)
 
-    def node_input(self, x, dtype, heads, per_node_scalar=False):
-        """(N, H, F) view or copy of a node array; (N, H) when per_node_scalar."""
+    def node_input(self, x, dtype, per_node_scalar=False):
+        """(N, H, F) view or copy of an (N, *S, F) node array; (N, H) of an (N, *S) one when
+        per_node_scalar."""
         x = self._converted(x, self.xp.ascontiguousarray(backend.to_device(x, self.on_gpu).astype(dtype, copy=False)))
-        if heads is None:
-            x = x.reshape(x.shape[0], 1, *x.shape[1:]) if not per_node_scalar else x.reshape(-1, 1)
-        return x
+        if per_node_scalar:
+            return x.reshape(x.shape[0], math.prod(x.shape[1:]))
+        return x.reshape(x.shape[0], math.prod(x.shape[1:-1]), x.shape[-1])
 
     def dense_input(self, x, dtype, shape):
         """x (neither a node nor an edge array: a parameter) as a C-contiguous array of ``shape``."""
@@ -40,13 +45,13 @@ class Placement:
         return self._converted(x, placed).reshape(shape)
 
     def edge_input(self, x, dtype):
-        """(E, H) array in graph edge order."""
+        """(E, H) view or copy of an (E, *S) edge array, in graph edge order."""
         original = x
         x = backend.to_device(x, self.on_gpu)
         if self.edge_order is not None:
             x = x[self.edge_order]
         x = self._converted(original, self.xp.ascontiguousarray(x.astype(dtype, copy=False)))
-        return x.reshape(x.shape[0], 1) if x.ndim == 1 else x
+        return x.reshape(x.shape[0], math.prod(x.shape[1:]))
 
     def _converted(self, original, placed):
         """placed; a call being recorded for replay learns when it is a copy of original."""

@@ -16,7 +16,9 @@ def _check(g, dst_feat, src_feat, op):
     src_feat = _validate.float_array("src_feat", src_feat)
     with_features = op == "dot"
     heads, features = _validate.node_array("dst_feat", dst_feat, g.num_dst, "destination", feature_axis=with_features)
-    _validate.node_array("src_feat", src_feat, g.num_src, "source", heads=heads, feature_axis=with_features)
+    _validate.node_array(
+        "src_feat", src_feat, g.num_src, "source", heads=heads, feature_axis=with_features, heads_of="dst_feat"
+    )
     if with_features:
         _validate.same_features("src_feat", src_feat, features, "dst_feat")
     return dst_feat, src_feat, heads
@@ -29,21 +31,24 @@ def sddmm(graph, dst_feat, src_feat, *, op="dot", scale=1.0, out=None):
     "dot": ``scores[e, h] = scale * <dst_feat[dst(e), h, :], src_feat[src(e), h, :]>``;
     "add": ``scores[e, h] = dst_feat[dst(e), h] + src_feat[src(e), h]`` (GAT's a_dst + a_src).
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
     dst_feat : float array
-        "dot": (num_dst, D) or (num_dst, H, D); "add": (num_dst,) or (num_dst, H).
+        "dot": (num_dst, *S, D); "add": (num_dst, *S).
     src_feat : float array
-        "dot": (num_src, D) or (num_src, H, D); "add": (num_src,) or (num_src, H).
+        "dot": (num_src, *S, D); "add": (num_src, *S).
     op : {"dot", "add"}
     scale : float
         Multiplies "dot" scores; must be 1.0 for "add".
-    out : (E,) or (E, H) array, optional
+    out : (E, *S) array, optional
 
     Returns
     -------
-    scores : (E,) or (E, H) array
+    scores : (E, *S) array
     """
     g, order = _validate.resolve_graph(graph)
     dst_feat, src_feat, heads = _check(g, dst_feat, src_feat, op)
@@ -53,9 +58,9 @@ def sddmm(graph, dst_feat, src_feat, *, op="dot", scale=1.0, out=None):
     dtype, _ = _validate.result_dtypes(dst_feat, src_feat)
     place = Placement(g, order, [dst_feat, src_feat])
     per_node_scalar = op == "add"
-    dst_c = place.node_input(dst_feat, dtype, heads, per_node_scalar)
-    src_c = place.node_input(src_feat, dtype, heads, per_node_scalar)
-    shape = (g.num_edges,) if heads is None else (g.num_edges, heads)
+    dst_c = place.node_input(dst_feat, dtype, per_node_scalar)
+    src_c = place.node_input(src_feat, dtype, per_node_scalar)
+    shape = (g.num_edges, *heads)
     work, result = place.output("out", out, shape, dtype, (g.num_edges, dst_c.shape[1]), edge=True)
     place.run(sddmm.op, dst_c, src_c, op, scale, work)
     place.finish()
@@ -76,11 +81,14 @@ def sddmm_backward(graph, dst_feat, src_feat, grad_scores, *, op="dot", scale=1.
     ``grad_src[s] = scale * sum_{e: src(e) = s} grad_scores[e] * dst_feat[dst(e)]``;
     "add": the row sums and source sums of grad_scores.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
     dst_feat, src_feat : float arrays, shaped as for sddmm
-    grad_scores : (E,) or (E, H) float array
+    grad_scores : (E, *S) float array
     op : {"dot", "add"}
     scale : float
 
@@ -92,15 +100,15 @@ def sddmm_backward(graph, dst_feat, src_feat, grad_scores, *, op="dot", scale=1.
     g, order = _validate.resolve_graph(graph)
     dst_feat, src_feat, heads = _check(g, dst_feat, src_feat, op)
     grad_scores = _validate.float_array("grad_scores", grad_scores)
-    _validate.edge_array("grad_scores", grad_scores, g, heads=heads)
+    _validate.edge_array("grad_scores", grad_scores, g, heads=heads, heads_of="dst_feat")
     scale = _validate.finite_scalar("scale", scale)
     if op == "add" and scale != 1.0:
         raise ValueError(f"scale applies to op='dot' only, got scale={scale} with op='add'")
     dtype, _ = _validate.result_dtypes(dst_feat, src_feat, grad_scores)
     place = Placement(g, order, [dst_feat, src_feat, grad_scores])
     per_node_scalar = op == "add"
-    dst_c = place.node_input(dst_feat, dtype, heads, per_node_scalar)
-    src_c = place.node_input(src_feat, dtype, heads, per_node_scalar)
+    dst_c = place.node_input(dst_feat, dtype, per_node_scalar)
+    src_c = place.node_input(src_feat, dtype, per_node_scalar)
     grad_c = place.edge_input(grad_scores, dtype)
     grad_dst_c, grad_dst = place.output("grad_dst_feat", None, dst_feat.shape, dtype, dst_c.shape)
     grad_src_c, grad_src = place.output("grad_src_feat", None, src_feat.shape, dtype, src_c.shape)

@@ -9,32 +9,43 @@ from cupy_csrattn.ops import traffic
 from cupy_csrattn.ops.placement import Placement
 from cupy_csrattn.ops.registry import register
 
+NORM_BY = ("dst", "src")
+
 
 @register(cpu=cpu_softmax.edge_softmax, gpu=gpu_softmax.edge_softmax, kernels=("softmax",), bytes=traffic.edge_softmax)
-def edge_softmax(graph, scores=None, *, out=None):
-    """Softmax of edge scores over each destination row, per head.
+def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
+    """Softmax of edge scores over each destination row (or each source's edges), per head.
 
     ``probs[e, h] = exp(scores[e, h] - m) / sum_{e' in row(e)} exp(scores[e', h] - m)``
-    with ``m`` the row maximum.
+    with ``m`` the row maximum; with ``norm_by="src"`` the sum and the maximum run over the
+    edges leaving the source of ``e`` instead (DGL's ``edge_softmax(g, e, norm_by="src")``).
+
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
 
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix (CSR, CSC, COO) or (indptr, indices[, num_src])
         Row ``d`` lists the source neighbours of destination ``d``.
-    scores : (E,) or (E, H) float array, optional
+    scores : (E, *S) float array, optional
         Edge scores in the graph's edge order (a sparse matrix's stored order). May be
         omitted when ``graph`` is a sparse matrix: its data are the scores, and the result is
         a sparse matrix of the same class and structure (with structure arrays of its own:
         changing the result never changes ``graph``).
-    out : (E,) or (E, H) array, optional
+    out : (E, *S) array, optional
         Written with the result and returned.
+    norm_by : {"dst", "src"}
+        "dst": normalize over the edges entering each destination (the rows of the graph);
+        "src": over the edges leaving each source (the rows of ``graph.transpose()``, cached
+        on a CSRGraph). For a sparse matrix: over its rows, or over its columns.
 
     Returns
     -------
-    probs : (E,) or (E, H) array of the scores' dtype (or a sparse matrix, see above).
-        Rows whose scores are all -inf get zero weights; a NaN score makes its own row and
-        head NaN.
+    probs : (E, *S) array of the scores' dtype (or a sparse matrix, see above).
+        Rows (or sources) whose scores are all -inf get zero weights; a NaN score makes its
+        own row (or source) and head NaN.
     """
+    _validate.choice("norm_by", norm_by, NORM_BY)
     matrix = None
     if scores is None and not (scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph)):
         raise TypeError("scores is required unless graph is a sparse matrix whose data are the scores")
@@ -47,7 +58,7 @@ def edge_softmax(graph, scores=None, *, out=None):
     place = Placement(g, order, [scores])
     canonical = place.edge_input(scores, dtype)
     work, result = place.output("out", out, scores.shape, dtype, canonical.shape, edge=True)
-    place.run(edge_softmax.op, canonical, work)
+    place.run(edge_softmax.op, canonical, norm_by, work)
     place.finish()
     if matrix is None:
         return result
@@ -64,34 +75,41 @@ def edge_softmax(graph, scores=None, *, out=None):
     bytes=traffic.edge_softmax_backward,
     forward="edge_softmax",
 )
-def edge_softmax_backward(graph, probs, grad_probs, *, out=None):
+def edge_softmax_backward(graph, probs, grad_probs, *, out=None, norm_by="dst"):
     """Gradient of edge_softmax with respect to its scores.
 
-    ``grad_scores[e] = probs[e] * (grad_probs[e] - sum_{e' in row(e)} probs[e'] * grad_probs[e'])``
+    ``grad_scores[e] = probs[e] * (grad_probs[e] - sum_{e' in row(e)} probs[e'] * grad_probs[e'])``,
+    the sum running over the edges leaving the source of ``e`` with ``norm_by="src"``.
+
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
 
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    probs : (E,) or (E, H) float array
+    probs : (E, *S) float array
         The output of edge_softmax.
-    grad_probs : (E,) or (E, H) float array
+    grad_probs : (E, *S) float array
         Gradient of the loss with respect to probs.
-    out : (E,) or (E, H) array, optional
+    out : (E, *S) array, optional
+    norm_by : {"dst", "src"}
+        The forward's norm_by.
 
     Returns
     -------
-    grad_scores : (E,) or (E, H) array
+    grad_scores : (E, *S) array
     """
+    _validate.choice("norm_by", norm_by, NORM_BY)
     g, order = _validate.resolve_graph(graph)
     probs = _validate.float_array("probs", probs)
     grad_probs = _validate.float_array("grad_probs", grad_probs)
     heads = _validate.edge_array("probs", probs, g)
-    _validate.edge_array("grad_probs", grad_probs, g, heads=heads)
+    _validate.edge_array("grad_probs", grad_probs, g, heads=heads, heads_of="probs")
     dtype, _ = _validate.result_dtypes(probs, grad_probs)
     place = Placement(g, order, [probs, grad_probs])
     probs_c = place.edge_input(probs, dtype)
     grad_c = place.edge_input(grad_probs, dtype)
     work, result = place.output("out", out, probs.shape, dtype, probs_c.shape, edge=True)
-    place.run(edge_softmax_backward.op, probs_c, grad_c, work)
+    place.run(edge_softmax_backward.op, probs_c, grad_c, norm_by, work)
     place.finish()
     return result

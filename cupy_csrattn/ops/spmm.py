@@ -1,5 +1,7 @@
 """spmm and spmm_backward: edge-weighted neighbour sums."""
 
+import math
+
 import scipy.sparse
 
 from cupy_csrattn import _validate, backend
@@ -25,24 +27,25 @@ def _matrix_weights(graph, values):
 
 
 def _check(graph, g, weights, values):
-    """(weights, values, heads, features, merge_heads); merge_heads: a matrix's (E,) data
-    weight every head alike, so (N, H, F) values are computed as (N, H * F)."""
+    """(weights, values, heads, heads_of, features, merge_heads): heads is the trailing shape S
+    of the arrays, taken from argument heads_of; merge_heads: a matrix's (E,) data weight
+    every head alike, so (N, *S, F) values are computed as (N, prod(S) * F)."""
     values = _validate.float_array("values", values)
     if weights is None:
         heads, features = _validate.node_array("values", values, g.num_src, "source")
         weights = _matrix_weights(graph, values)
-        return weights, values, heads, features, weights is not None and heads is not None
+        return weights, values, heads, "values", features, weights is not None and heads != ()
     weights = _validate.float_array("weights", weights)
     heads = _validate.edge_array("weights", weights, g)
-    _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads)
-    return weights, values, heads, features, False
+    _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads, heads_of="weights")
+    return weights, values, heads, "weights", features, False
 
 
-def _node_input(place, x, dtype, heads, merge_heads):
+def _node_input(place, x, dtype, merge_heads):
     """A node array in canonical layout: (N, 1, H * F) when merge_heads, else (N, H, F)."""
     if merge_heads:
-        return place.node_input(x.reshape(x.shape[0], x.shape[1] * x.shape[2]), dtype, None)
-    return place.node_input(x, dtype, heads)
+        return place.node_input(x.reshape(x.shape[0], math.prod(x.shape[1:])), dtype)
+    return place.node_input(x, dtype)
 
 
 @register(cpu=cpu_spmm.spmm, gpu=gpu_spmm.spmm, kernels=("aggregate",), bytes=traffic.aggregate)
@@ -51,29 +54,32 @@ def spmm(graph, weights, values, *, out=None):
 
     ``out[d, h, :] = sum_{e in row d} weights[e, h] * values[src(e), h, :]``
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    weights : (E,) or (E, H) float array, or None
+    weights : (E, *S) float array, or None
         None: the weights are ``graph.data`` when graph is a scipy/cupyx sparse matrix (so
         ``spmm(A, None, X)`` equals ``A @ X``; integer or bool data take the dtype of values),
         and 1 for a CSRGraph or (indptr, indices[, num_src]). Then values may be
-        (num_src, F) or (num_src, H, F), every head weighted alike.
-    values : (num_src, F) or (num_src, H, F) float array
-        (num_src, F) with (E,) weights; (num_src, H, F) with (E, H) weights.
-    out : (num_dst, F) or (num_dst, H, F) array, optional
+        (num_src, *S, F), every head weighted alike.
+    values : (num_src, *S, F) float array
+        With weights, S is that of the weights.
+    out : (num_dst, *S, F) array, optional
 
     Returns
     -------
-    out : (num_dst, F) or (num_dst, H, F) array; rows with no edges are zero.
+    out : (num_dst, *S, F) array; rows with no edges are zero.
     """
     g, order = _validate.resolve_graph(graph)
-    weights, values, heads, features, merge_heads = _check(graph, g, weights, values)
+    weights, values, _, _, _, merge_heads = _check(graph, g, weights, values)
     floats = [values] if weights is None else [weights, values]
     dtype, _ = _validate.result_dtypes(*floats)
     place = Placement(g, order, floats)
     weights_c = None if weights is None else place.edge_input(weights, dtype)
-    values_c = _node_input(place, values, dtype, heads, merge_heads)
+    values_c = _node_input(place, values, dtype, merge_heads)
     shape = (g.num_dst,) + tuple(values.shape[1:])
     work, result = place.output("out", out, shape, dtype, (g.num_dst,) + values_c.shape[1:])
     place.run(spmm.op, weights_c, values_c, work)
@@ -93,32 +99,35 @@ def spmm_backward(graph, weights, values, grad_out):
     ``grad_weights[e, h] = <grad_out[dst(e), h, :], values[src(e), h, :]>`` and
     ``grad_values[s, h, :] = sum_{e: src(e) = s} weights[e, h] * grad_out[dst(e), h, :]``.
 
+    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
+    tuple, each of its elements a head.
+
     Parameters
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    weights : (E,) or (E, H) float array, or None
+    weights : (E, *S) float array, or None
         None as for spmm: a sparse matrix's data (grad_values then uses them), else all ones.
-    values : (num_src, F) or (num_src, H, F) float array
-    grad_out : (num_dst, F) or (num_dst, H, F) float array
+    values : (num_src, *S, F) float array
+    grad_out : (num_dst, *S, F) float array
 
     Returns
     -------
-    grad_weights : (E,) or (E, H) array, or None when weights is None (also for a sparse
+    grad_weights : (E, *S) array, or None when weights is None (also for a sparse
         matrix: its data are not a parameter of the call)
-    grad_values : (num_src, F) or (num_src, H, F) array
+    grad_values : (num_src, *S, F) array
     """
     g, order = _validate.resolve_graph(graph)
     with_grad_weights = weights is not None
-    weights, values, heads, features, merge_heads = _check(graph, g, weights, values)
+    weights, values, heads, heads_of, features, merge_heads = _check(graph, g, weights, values)
     grad_out = _validate.float_array("grad_out", grad_out)
-    _validate.node_array("grad_out", grad_out, g.num_dst, "destination", heads=heads)
+    _validate.node_array("grad_out", grad_out, g.num_dst, "destination", heads=heads, heads_of=heads_of)
     _validate.same_features("grad_out", grad_out, features, "values")
     floats = [values, grad_out] + ([] if weights is None else [weights])
     dtype, _ = _validate.result_dtypes(*floats)
     place = Placement(g, order, floats)
     weights_c = None if weights is None else place.edge_input(weights, dtype)
-    values_c = _node_input(place, values, dtype, heads, merge_heads)
-    grad_out_c = _node_input(place, grad_out, dtype, heads, merge_heads)
+    values_c = _node_input(place, values, dtype, merge_heads)
+    grad_out_c = _node_input(place, grad_out, dtype, merge_heads)
     grad_weights_c = grad_weights = None
     if with_grad_weights:
         grad_weights_c, grad_weights = place.output(

@@ -43,16 +43,23 @@ def make_graph(xp, graph, kind="csrgraph"):
     raise ValueError(f"unknown graph kind {kind!r}")
 
 
+def trailing_shape(H):
+    """The trailing shape S of H: () for None, (H,) for an int, H itself for a tuple."""
+    if H is None:
+        return ()
+    return tuple(H) if isinstance(H, tuple) else (H,)
+
+
 def edge_array(rng, num_edges, H, dtype, scale=1.0):
-    shape = (num_edges,) if H is None else (num_edges, H)
-    return (rng.standard_normal(shape) * scale).astype(dtype)
+    """(E, *S) random array; H as in trailing_shape."""
+    return (rng.standard_normal((num_edges, *trailing_shape(H))) * scale).astype(dtype)
 
 
 def node_vectors(rng, num_nodes, H, F, dtype, scale=1.0):
-    shape = (num_nodes, F) if H is None else (num_nodes, H, F)
-    return (rng.standard_normal(shape) * scale).astype(dtype)
+    """(N, *S, F) random array."""
+    return (rng.standard_normal((num_nodes, *trailing_shape(H), F)) * scale).astype(dtype)
 
 
 def node_scalars(rng, num_nodes, H, dtype, scale=1.0):
-    shape = (num_nodes,) if H is None else (num_nodes, H)
-    return (rng.standard_normal(shape) * scale).astype(dtype)
+    """(N, *S) random array."""
+    return (rng.standard_normal((num_nodes, *trailing_shape(H))) * scale).astype(dtype)

@@ -22,25 +22,29 @@ def _case(**kw):
 
 
 # edge_softmax ------------------------------------------------------------------
-_case(
-    name="edge_softmax",
-    op="edge_softmax",
-    make=lambda rng, g, H, F, dt: ((make_scores(rng, g, H, dt),), {}),
-    reference=lambda g, a, kw: (ref.edge_softmax(g.indptr, a[0])[0],),
-)
+for _norm_by in ("dst", "src"):
+    _kwargs = {} if _norm_by == "dst" else {"norm_by": _norm_by}
+    _suffix = "" if _norm_by == "dst" else "_by_src"
+    _case(
+        name="edge_softmax" + _suffix,
+        op="edge_softmax",
+        make=lambda rng, g, H, F, dt, kw=_kwargs: ((make_scores(rng, g, H, dt),), dict(kw)),
+        reference=lambda g, a, kw: (ref.edge_softmax(g.indptr, a[0], g.indices, kw.get("norm_by", "dst"))[0],),
+    )
 
+    def _make_softmax_backward(rng, g, H, F, dt, kw=_kwargs):
+        norm_by = kw.get("norm_by", "dst")
+        probs = ref.edge_softmax(g.indptr, make_scores(rng, g, H, dt), g.indices, norm_by)[0].astype(dt)
+        return (probs, edge_array(rng, len(g.indices), H, dt)), dict(kw)
 
-def _make_softmax_backward(rng, g, H, F, dt):
-    probs = ref.edge_softmax(g.indptr, make_scores(rng, g, H, dt))[0].astype(dt)
-    return (probs, edge_array(rng, len(g.indices), H, dt)), {}
-
-
-_case(
-    name="edge_softmax_backward",
-    op="edge_softmax_backward",
-    make=_make_softmax_backward,
-    reference=lambda g, a, kw: (ref.edge_softmax_backward(g.indptr, a[0], a[1]),),
-)
+    _case(
+        name="edge_softmax_backward" + _suffix,
+        op="edge_softmax_backward",
+        make=_make_softmax_backward,
+        reference=lambda g, a, kw: (
+            ref.edge_softmax_backward(g.indptr, a[0], a[1], g.indices, kw.get("norm_by", "dst")),
+        ),
+    )
 
 # spmm --------------------------------------------------------------------------
 _case(

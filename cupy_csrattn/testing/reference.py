@@ -5,8 +5,10 @@ feature vector at a time); every input is upcast to float64 first. It shares no
 strategy with the package (no segment reductions, no sparse products), so it checks
 the CPU backend as well as the GPU kernels. Keep graphs small.
 
-Shapes follow the public API: the head axis H is optional. Row d holds the edges
-indptr[d]:indptr[d+1]; edge e goes from source indices[e] to destination d.
+Shapes follow the public API: edge arrays (E, *S), node arrays (N, *S, F), per-node
+scalars (N, *S), for any trailing shape S (none, (H,), (2, 3), ...), which the loops see as
+prod(S) heads. Row d holds the edges indptr[d]:indptr[d+1]; edge e goes from source
+indices[e] to destination d.
 Semantics (from the contract): softmax subtracts the row max; an empty row gives
 zero output and lse -inf; a row whose scores are all -inf gives zero weights and
 lse -inf; a NaN score makes its whole row and head NaN; a +inf score makes its row
@@ -28,25 +30,25 @@ def _f64(a):
 
 
 def _edge(a):
-    """(E,) -> (E, 1); (E, H) kept. Returns (float64 copy, had_head_axis)."""
+    """(E, *S) -> (E, H), H = prod(S) (1 for (E,)). Returns (float64 copy, S)."""
     a = _f64(a)
-    return (a[:, None], False) if a.ndim == 1 else (a, True)
+    return a.reshape(a.shape[0], math.prod(a.shape[1:])), a.shape[1:]
 
 
 def _node_vec(a):
-    """(N, F) -> (N, 1, F); (N, H, F) kept."""
+    """(N, *S, F) -> (N, H, F). Returns (float64 copy, S)."""
     a = _f64(a)
-    return (a[:, None, :], False) if a.ndim == 2 else (a, True)
+    return a.reshape(a.shape[0], math.prod(a.shape[1:-1]), a.shape[-1]), a.shape[1:-1]
 
 
 def _node_scalar(a):
-    """(N,) -> (N, 1); (N, H) kept."""
-    a = _f64(a)
-    return (a[:, None], False) if a.ndim == 1 else (a, True)
+    """(N, *S) -> (N, H). Returns (float64 copy, S)."""
+    return _edge(a)
 
 
-def _drop(a, had_heads):
-    return a if had_heads else a[:, 0]
+def _unflatten(a, heads):
+    """(N, H, ...) -> (N, *S, ...): the inverse of the flattening above."""
+    return a.reshape(a.shape[0], *heads, *a.shape[2:])
 
 
 def _rows(indptr):
@@ -86,31 +88,43 @@ def leaky_relu_grad(z, negative_slope):
 # ------------------------------------------------------------------ softmax
 
 
-def edge_softmax(indptr, scores):
-    """-> (probs like scores, lse (N,) or (N, H))."""
+def _groups(indptr, indices, norm_by):
+    """The edges each softmax normalizes over, in edge order: each destination row's
+    ("dst"), or the edges leaving each source ("src", sources in increasing order)."""
+    if norm_by == "dst":
+        return [list(range(start, stop)) for _, start, stop in _rows(indptr)]
+    by_source = {}
+    for e, s in enumerate(_ints(indices)):
+        by_source.setdefault(s, []).append(e)
+    return [by_source[s] for s in sorted(by_source)]
+
+
+def edge_softmax(indptr, scores, indices=None, norm_by="dst"):
+    """-> (probs like scores, lse (N,) or (N, H) per destination; None for norm_by="src")."""
     s, heads = _edge(scores)
     probs = np.zeros_like(s)
     lse = np.full((len(indptr) - 1, s.shape[1]), NEG_INF)
-    for d, start, stop in _rows(indptr):
+    for d, edges in enumerate(_groups(indptr, indices, norm_by)):
         for h in range(s.shape[1]):
-            p, row_lse = softmax_row(s[start:stop, h])
-            for j, e in enumerate(range(start, stop)):
+            p, group_lse = softmax_row(s[edges, h])
+            for j, e in enumerate(edges):
                 probs[e, h] = p[j]
-            lse[d, h] = row_lse
-    return _drop(probs, heads), _drop(lse, heads)
+            if norm_by == "dst":
+                lse[d, h] = group_lse
+    return _unflatten(probs, heads), (_unflatten(lse, heads) if norm_by == "dst" else None)
 
 
-def edge_softmax_backward(indptr, probs, grad_probs):
-    """grad_scores[e] = p[e] * (g[e] - sum_row p * g)."""
+def edge_softmax_backward(indptr, probs, grad_probs, indices=None, norm_by="dst"):
+    """grad_scores[e] = p[e] * (g[e] - sum_group p * g), the groups of edge_softmax."""
     p, heads = _edge(probs)
     g, _ = _edge(grad_probs)
     grad = np.zeros_like(p)
-    for _, start, stop in _rows(indptr):
+    for edges in _groups(indptr, indices, norm_by):
         for h in range(p.shape[1]):
-            dot = math.fsum(p[e, h] * g[e, h] for e in range(start, stop))
-            for e in range(start, stop):
+            dot = math.fsum(p[e, h] * g[e, h] for e in edges)
+            for e in edges:
                 grad[e, h] = p[e, h] * (g[e, h] - dot)
-    return _drop(grad, heads)
+    return _unflatten(grad, heads)
 
 
 # ------------------------------------------------------------------ spmm
@@ -128,7 +142,7 @@ def spmm(indptr, indices, weights, values):
             for e in range(start, stop):
                 acc += w[e, h] * v[src[e], h]
             out[d, h] = acc
-    return _drop(out, heads)
+    return _unflatten(out, heads)
 
 
 def spmm_backward(indptr, indices, weights, values, grad_out):
@@ -144,8 +158,8 @@ def spmm_backward(indptr, indices, weights, values, grad_out):
             for e in range(start, stop):
                 grad_w[e, h] = float(np.dot(go[d, h], v[src[e], h]))
                 grad_v[src[e], h] += w[e, h] * go[d, h]
-    grad_weights = None if weights is None else _drop(grad_w, np.ndim(weights) == 2)
-    return grad_weights, _drop(grad_v, heads)
+    grad_weights = None if weights is None else _unflatten(grad_w, _edge(weights)[1])
+    return grad_weights, _unflatten(grad_v, heads)
 
 
 # ------------------------------------------------------------------ sddmm
@@ -171,7 +185,7 @@ def sddmm(indptr, indices, dst_feat, src_feat, op="dot", scale=1.0):
                     out[e, h] = scale * math.fsum(a[d, h] * b[src[e], h])
                 else:
                     out[e, h] = a[d, h] + b[src[e], h]
-    return _drop(out, heads)
+    return _unflatten(out, heads)
 
 
 def sddmm_backward(indptr, indices, dst_feat, src_feat, grad_scores, op="dot", scale=1.0):
@@ -190,7 +204,7 @@ def sddmm_backward(indptr, indices, dst_feat, src_feat, grad_scores, op="dot", s
                 else:
                     grad_a[d, h] += g[e, h]
                     grad_b[src[e], h] += g[e, h]
-    return _drop(grad_a, heads), _drop(grad_b, heads)
+    return _unflatten(grad_a, heads), _unflatten(grad_b, heads)
 
 
 # ------------------------------------------------------------------ fused attention
@@ -210,7 +224,7 @@ def attention_aggregate(indptr, indices, scores, values):
             for j, e in enumerate(range(start, stop)):
                 acc += p[j] * v[src[e], h]
             out[d, h] = acc
-    return _drop(out, heads), _drop(lse, heads)
+    return _unflatten(out, heads), _unflatten(lse, heads)
 
 
 def attention_aggregate_backward(indptr, indices, scores, values, grad_out):
@@ -229,7 +243,7 @@ def attention_aggregate_backward(indptr, indices, scores, values, grad_out):
             for j, e in enumerate(range(start, stop)):
                 grad_s[e, h] = p[j] * (grad_p[j] - dot)
                 grad_v[src[e], h] += p[j] * go[d, h]
-    return _drop(grad_s, s_heads), _drop(grad_v, heads)
+    return _unflatten(grad_s, s_heads), _unflatten(grad_v, heads)
 
 
 def _default_scale(q, scale):
@@ -254,7 +268,7 @@ def graph_attention_backward(indptr, indices, q, k, v, grad_out, scale=None):
 def _gat_scores(indptr, indices, a_dst, a_src, negative_slope):
     z, heads = _edge(sddmm(indptr, indices, a_dst, a_src, "add"))
     scores = np.array([[leaky_relu(x, negative_slope) for x in row] for row in z]).reshape(z.shape)
-    return z, _drop(scores, heads)
+    return z, _unflatten(scores, heads)
 
 
 def gat_attention(indptr, indices, a_dst, a_src, values, negative_slope=0.2):
@@ -272,16 +286,15 @@ def gat_attention_backward(indptr, indices, a_dst, a_src, values, grad_out, nega
     for e in range(g.shape[0]):
         for h in range(g.shape[1]):
             grad_z[e, h] = g[e, h] * leaky_relu_grad(z[e, h], negative_slope)
-    grad_a_dst, grad_a_src = sddmm_backward(indptr, indices, a_dst, a_src, _drop(grad_z, heads), "add")
+    grad_a_dst, grad_a_src = sddmm_backward(indptr, indices, a_dst, a_src, _unflatten(grad_z, heads), "add")
     return grad_a_dst, grad_a_src, grad_values
 
 
 def _gatv2_operands(x_dst, x_src, att):
-    """(x_dst, x_src as (N, H, D), att as (H, D), had_head_axis)."""
+    """(x_dst, x_src as (N, H, D), att as (H, D), the trailing shape S)."""
     xd, heads = _node_vec(x_dst)
     xs, _ = _node_vec(x_src)
-    a = _f64(att)
-    return xd, xs, (a[None, :] if a.ndim == 1 else a), heads
+    return xd, xs, _f64(att).reshape(xd.shape[1], xd.shape[2]), heads
 
 
 def _gatv2_scores(indptr, indices, xd, xs, a, negative_slope):
@@ -301,7 +314,7 @@ def gatv2_attention(indptr, indices, x_dst, x_src, att, negative_slope=0.2):
     xd, xs, a, heads = _gatv2_operands(x_dst, x_src, att)
     scores = _gatv2_scores(indptr, indices, xd, xs, a, negative_slope)
     out, lse = attention_aggregate(indptr, indices, scores, xs)
-    return _drop(out, heads), _drop(lse, heads)
+    return _unflatten(out, heads), _unflatten(lse, heads)
 
 
 def gatv2_attention_backward(indptr, indices, x_dst, x_src, att, grad_out, negative_slope=0.2):
@@ -322,4 +335,4 @@ def gatv2_attention_backward(indptr, indices, x_dst, x_src, att, grad_out, negat
                     grad_xd[d, h, k] += grad_z
                     grad_xs[src[e], h, k] += grad_z
                     grad_a[h, k] += grad_scores[e, h] * leaky_relu(z[k], negative_slope)
-    return _drop(grad_xd, heads), _drop(grad_xs, heads), (grad_a if np.ndim(att) == 2 else grad_a[0])
+    return _unflatten(grad_xd, heads), _unflatten(grad_xs, heads), grad_a.reshape(np.shape(att))
