@@ -52,3 +52,15 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
     store_scalar(out + pair,
                  load_scalar(A + (i64)row_of_edge[e] * H + head) + load_scalar(B + (i64)indices[e] * H + head));
 }
+
+// Edge arrays moved into another edge order: out[e, h] = a[order[e], h] (edge_softmax by
+// source gathers into the transpose's order and back). One thread per (edge, head); values
+// are copied as they are. No shared memory. Bound: memory (one gather, one write).
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
+    gather_edges(i64 num_edges, int H, const idx_t* order, const scalar_t* a, scalar_t* out) {
+    i64 pair = grid_thread();
+    if (pair >= num_edges * H) return;
+    i64 e = pair / H;
+    int head = (int)(pair - e * H);
+    out[pair] = a[(i64)order[e] * H + head];
+}

@@ -20,17 +20,16 @@ def unit_values(graph, heads, dtype):
 
 
 def transpose_edge_orders(graph):
-    """(perm, inverse, indices) for moving (E, H) edge arrays to and from the order of
+    """(perm, inverse) for moving (E, H) edge arrays to and from the order of
     graph.transpose(): its edge e is edge perm[e] here, and edge e here is its edge
-    inverse[e]. All three share one integer dtype, the graph's index dtype when E fits in it
-    (the sddmm kernels take them as idx_t), and indices are the graph's (any E indices below
-    num_src serve; see gpu/sddmm.gather_edges)."""
+    inverse[e]. Both of the graph's index dtype when E fits in it (the kernel takes them as
+    idx_t), else int64."""
 
     def build():
         _, perm = graph.transpose()
         dtype = graph.index_dtype if graph.num_edges <= np.iinfo(graph.index_dtype).max + 1 else np.dtype(np.int64)
         inverse = backend.cupy.empty(graph.num_edges, dtype)
         inverse[perm] = backend.cupy.arange(graph.num_edges, dtype=dtype)
-        return perm.astype(dtype, copy=False), inverse, graph.indices.astype(dtype, copy=False)
+        return perm.astype(dtype, copy=False), inverse
 
     return graph.cached("gpu_transpose_edge_orders", build)

@@ -26,24 +26,18 @@ def edge_dot(graph, dst_feat, src_feat, scale, out):
     )
 
 
-def gather_edges(graph, a, order, indices, out):
-    """out[e, h] = a[order[e], h] for (E, H) arrays (order and indices from
-    derived.transpose_edge_orders): sddmm_dot_v1 with D = 1 against a cached array of ones,
-    whose 1 * (0 + a * 1) is a itself (-inf and NaN included; -0 becomes +0)."""
+def gather_edges(graph, a, order, out):
+    """out[e, h] = a[order[e], h] for (E, H) arrays; order from derived.transpose_edge_orders."""
     heads = a.shape[1]
     launch(
-        "sddmm_dot_v1",
+        "gather_edges",
         a.dtype,
         order.dtype,
         thread_grid(graph.num_edges * heads),
         num_edges=graph.num_edges,
         H=heads,
-        D=1,
-        row_of_edge=order,
-        indices=indices,
-        A=a,
-        B=unit_values(graph, heads, a.dtype),
-        scale=1.0,
+        order=order,
+        a=a,
         out=out,
     )
 

@@ -165,6 +165,11 @@ _declare(
         "scalar_t* out"
     ),
 )
+_declare(
+    "sddmm",
+    ["gather_edges"],
+    _params("i64 num_edges, int H, const idx_t* order, const scalar_t* a, scalar_t* out"),
+)
 
 
 def families():

@@ -82,16 +82,16 @@ def _by_source(mode, graph, a, g, out):
     normalized there, and the result is gathered back, all by kernel launches (so such a
     call replays; see gpu/replay.py)."""
     graph_t, _ = graph.transpose()
-    perm, inverse, indices = transpose_edge_orders(graph)
+    perm, inverse = transpose_edge_orders(graph)
     a_t = scratch(a.shape, a.dtype)
-    gather_edges(graph, a, perm, indices, a_t)
+    gather_edges(graph, a, perm, a_t)
     g_t = None
     if g is not None:
         g_t = scratch(g.shape, g.dtype)
-        gather_edges(graph, g, perm, indices, g_t)
+        gather_edges(graph, g, perm, g_t)
     out_t = scratch(out.shape, out.dtype)
     run_softmax(mode, graph_t, a_t, g=g_t, out=out_t)
-    gather_edges(graph, out_t, inverse, indices, out)
+    gather_edges(graph, out_t, inverse, out)
 
 
 def edge_softmax(graph, scores, norm_by, out):

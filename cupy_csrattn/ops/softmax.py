@@ -12,7 +12,12 @@ from cupy_csrattn.ops.registry import register
 NORM_BY = ("dst", "src")
 
 
-@register(cpu=cpu_softmax.edge_softmax, gpu=gpu_softmax.edge_softmax, kernels=("softmax",), bytes=traffic.edge_softmax)
+@register(
+    cpu=cpu_softmax.edge_softmax,
+    gpu=gpu_softmax.edge_softmax,
+    kernels=("softmax", "sddmm"),  # sddmm.cu's gather_edges serves norm_by="src"
+    bytes=traffic.edge_softmax,
+)
 def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
     """Softmax of edge scores over each destination row (or each source's edges), per head.
 
@@ -71,7 +76,7 @@ def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
 @register(
     cpu=cpu_softmax.edge_softmax_backward,
     gpu=gpu_softmax.edge_softmax_backward,
-    kernels=("softmax",),
+    kernels=("softmax", "sddmm"),
     bytes=traffic.edge_softmax_backward,
     forward="edge_softmax",
 )
