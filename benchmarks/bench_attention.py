@@ -1,4 +1,5 @@
-"""GPU benchmark of sddmm and the fused graph_attention and gat_attention, forward and backward.
+"""GPU benchmark of sddmm and the fused graph_attention, gat_attention and gatv2_attention,
+forward and backward.
 
 Run on a machine with a GPU, from the repository root:
     PYTHONPATH=. python3 benchmarks/bench_attention.py [--quick] [--only NAME ...] [--no-baselines]
@@ -22,7 +23,7 @@ def cases():
 
     f32, f16 = "float32", "float16"
     result = [Case("sddmm", f32, 8, 16), Case("sddmm", f16, 8, 16, baselines=False)]
-    for op in ("graph_attention", "gat_attention"):
+    for op in ("graph_attention", "gat_attention", "gatv2_attention"):
         for H, F in ((8, 16), (4, 64)):
             result += [Case(op, f32, H, F), Case(op + "_backward", f32, H, F)]
         result.append(Case(op, f16, 8, 16, baselines=False))
