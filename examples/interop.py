@@ -19,6 +19,9 @@ Sections, each skipped with the reason when what it needs is missing:
 3. JAX arrays in and out through DLPack (CPU, and GPU when JAX sees one).     needs jax
 4. PyTorch CUDA tensors through the GPU kernels: DLPack and __cuda_array_interface__,
    ops on a non-default CuPy stream and on PyTorch's stream.       needs cupy + a GPU + torch
+5. PyG's GATv2Conv layer (share_weights=False, no self loops, no bias) computed with
+   gatv2_attention from its own weights: outputs and the gradients of the layer's input and
+   attention vector, in float64, on the CPU backend.             needs torch + torch_geometric
 
     python3 examples/interop.py
 
@@ -43,6 +46,11 @@ try:
     import jax.numpy as jnp
 except ImportError:
     jax = jnp = None
+
+try:
+    from torch_geometric.nn import GATv2Conv
+except ImportError:  # also without torch
+    GATv2Conv = None
 
 HAVE_GPU = gpu_available()  # CuPy and a usable CUDA device (the library's one GPU probe)
 
@@ -276,6 +284,43 @@ def torch_gpu():
 
 
 # ---------------------------------------------------------------------------------------
+# 5. PyG's GATv2Conv
+
+
+def gatv2_conv():
+    """GATv2Conv's x_l = lin_l(x) (the source side, also the message) and x_r = lin_r(x) (the
+    destination side) are gatv2_attention's x_src and x_dst, its att (1, H, C) the op's att;
+    the input's gradient goes back through both linear maps."""
+    torch.manual_seed(0)
+    num_nodes, in_channels, heads, channels = 9, 5, 3, 4
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8, 1, 1, 3, 5], [1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 4, 4, 4]])
+    conv = GATv2Conv(
+        in_channels, channels, heads=heads, share_weights=False, add_self_loops=False, bias=False, negative_slope=0.2
+    ).double()
+    x = torch.randn(num_nodes, in_channels, dtype=torch.float64, requires_grad=True)
+    out = conv(x, edge_index)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+
+    graph, _ = ca.CSRGraph.from_edge_index(edge_index[0].numpy(), edge_index[1].numpy(), num_nodes, num_nodes)
+    w_src, w_dst = conv.lin_l.weight.detach().numpy(), conv.lin_r.weight.detach().numpy()
+    x_np = x.detach().numpy()
+    x_src = (x_np @ w_src.T).reshape(num_nodes, heads, channels)
+    x_dst = (x_np @ w_dst.T).reshape(num_nodes, heads, channels)
+    att = conv.att.detach().numpy().reshape(heads, channels)
+    ours, lse = ca.gatv2_attention(graph, x_dst, x_src, att, negative_slope=0.2, return_lse=True)
+    check(np.allclose(ours.reshape(num_nodes, -1), out.detach().numpy(), rtol=1e-12, atol=1e-12), "outputs")
+    g = grad_out.numpy().reshape(num_nodes, heads, channels)
+    grad_dst, grad_src, grad_att = ca.gatv2_attention_backward(graph, x_dst, x_src, att, ours, g, lse)
+    grad_x = grad_dst.reshape(num_nodes, -1) @ w_dst + grad_src.reshape(num_nodes, -1) @ w_src
+    check(np.allclose(grad_x, x.grad.numpy(), rtol=1e-10, atol=1e-12), "the gradient of the layer's input")
+    check(
+        np.allclose(grad_att, conv.att.grad.numpy().reshape(heads, channels), rtol=1e-10, atol=1e-12),
+        "the gradient of the attention vector",
+    )
+
+
+# ---------------------------------------------------------------------------------------
 
 
 def main():
@@ -306,6 +351,11 @@ def main():
             else None
             if HAVE_GPU and torch.cuda.is_available()
             else "needs CuPy, a GPU and a CUDA build of PyTorch",
+        ),
+        (
+            "5. PyG's GATv2Conv",
+            gatv2_conv,
+            no_torch if torch is None else None if GATv2Conv else "needs torch_geometric (pip install torch_geometric)",
         ),
     ]
     for title, run, missing in sections:

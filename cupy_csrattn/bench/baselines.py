@@ -234,9 +234,12 @@ def pyg_aggregate(pyg, graph, rows, H, F):
 
 
 def pyg_attention(pyg, graph, rows, op):
-    """graph_attention as TransformerConv's message passing, gat_attention as GATConv's.
+    """graph_attention as TransformerConv's message passing, gat_attention as GATConv's,
+    gatv2_attention as GATv2Conv's (share_weights=False: x_dst and x_src given, the message
+    x_src).
 
-    Returns a function of a tuple of three torch tensors (q, k, v or a_dst, a_src, values).
+    Returns a function of a tuple of three torch tensors (q, k, v or a_dst, a_src, values or
+    x_dst, x_src, att).
     """
     torch, pyg_utils = pyg
     N = graph.num_dst
@@ -244,12 +247,16 @@ def pyg_attention(pyg, graph, rows, op):
     t_cols = torch.as_tensor(graph.indices.astype(np.int64), device="cuda")
 
     def forward(x):
+        values = x[2]
         if op == "graph_attention":
             alpha = (x[0][t_rows] * x[1][t_cols]).sum(-1) / math.sqrt(max(x[0].shape[-1], 1))
-        else:
+        elif op == "gat_attention":
             alpha = torch.nn.functional.leaky_relu(x[0][t_rows] + x[1][t_cols], GAT_SLOPE)
+        else:
+            alpha = (torch.nn.functional.leaky_relu(x[0][t_rows] + x[1][t_cols], GAT_SLOPE) * x[2]).sum(-1)
+            values = x[1]
         alpha = pyg_utils.softmax(alpha, t_rows, num_nodes=N, dim=0)
-        messages = x[2][t_cols] * alpha.unsqueeze(-1)
+        messages = values[t_cols] * alpha.unsqueeze(-1)
         return torch.zeros((N, *messages.shape[1:]), device="cuda", dtype=messages.dtype).index_add_(
             0, t_rows, messages
         )
