@@ -198,6 +198,15 @@ def wait_for(client, futures_by_partition, timeout, graph, what):
         client.cancel(everything)
         names = "; ".join(graph.describe(q) for q in late)
         raise TimeoutError(f"{what} did not finish within {timeout} s: {names} (a worker lost, busy or hung)") from None
+    except distributed.CancelledError:
+        # A worker left the cluster: the data it held (its partitions' local graphs and halo
+        # lists among them) are gone, and the tasks that needed them are cancelled.
+        lost = [q for q, futures in futures_by_partition.items() if any(f.cancelled() for f in futures)]
+        client.cancel(everything)
+        names = "; ".join(graph.describe(q) for q in lost) or "a partition"
+        raise RuntimeError(
+            f"{what} failed: {names} lost its data (its worker left the cluster); build the PartitionedGraph again"
+        ) from None
     for q, futures in futures_by_partition.items():
         for future in futures:
             if future.status == "error":
