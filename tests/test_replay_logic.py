@@ -1,0 +1,167 @@
+"""gpu/replay.py's logic without a GPU: a stand-in for CuPy (its arrays are NumPy buffers at
+made-up addresses, its kernels Python functions of their argument lists) runs a small op
+through the replay wrapper. The first call runs in full, the second is recorded, later ones
+replay with their own arrays, out= and scalars; a recording belongs to its thread. The GPU
+suite (tests/test_replay.py) checks the same on every real op."""
+
+import ctypes
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from cupy_csrattn import backend
+from cupy_csrattn.gpu import replay
+
+pytest.importorskip("cupy.cuda.function", reason="replays hold CuPy's kernel-argument pointers")
+
+MEMORY = {}  # address -> the stand-in array allocated there
+
+
+class FakeMemory:
+    def __init__(self, ptr):
+        self.ptr = ptr
+        self.device_id = 0
+
+
+class FakeArray:
+    """Enough of cupy.ndarray for replay: shape, dtype, strides, sizes and an address."""
+
+    next_address = [1 << 20]
+
+    def __init__(self, shape, dtype, base=None):
+        self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        self.dtype = np.dtype(dtype)
+        self.size = int(np.prod(self.shape))
+        self.nbytes = self.size * self.dtype.itemsize
+        self.strides = tuple(int(np.prod(self.shape[i + 1 :])) * self.dtype.itemsize for i in range(len(self.shape)))
+        if base is None:
+            self.values = np.zeros(self.size, self.dtype)
+            address = FakeArray.next_address[0]
+            FakeArray.next_address[0] += 256 * (1 + self.nbytes // 256)
+            MEMORY[address] = self
+        else:
+            self.values, address = base.values, base.data.ptr
+        self.data = FakeMemory(address)
+
+    def reshape(self, *shape):
+        return FakeArray(shape[0] if len(shape) == 1 else shape, self.dtype, base=self)
+
+
+def _array(value):
+    """The stand-in array a kernel argument points to: an array itself, or an address."""
+    return value if isinstance(value, FakeArray) else MEMORY[ctypes.c_int64.from_address(value.ptr).value]
+
+
+def _float(value):
+    """A float32 kernel argument: a NumPy scalar, or a value held for a replay."""
+    return float(value) if isinstance(value, np.generic) else ctypes.c_float.from_address(value.ptr).value
+
+
+class FakeKernel:
+    """out = scale * x + table (table: the graph's own data), over argument lists."""
+
+    def __init__(self):
+        self.kernel = self  # the CUDA function a replay launches
+
+    def __call__(self, grid, block, args):
+        x, table, out, scale = args
+        _array(out).values[:] = _float(scale) * _array(x).values + _array(table).values
+
+
+KERNEL = FakeKernel()
+TABLE = FakeArray((6,), np.float32)
+TABLE.values[:] = np.arange(6)
+FULL_CALLS = []
+
+
+def scaled_plus_table(graph, x, *, scale=2.0, out=None):
+    """A stand-in op, written as a launcher is: allocation and launch reported to the recorder."""
+    FULL_CALLS.append(1)
+    if out is None:
+        out = FakeArray(x.shape, x.dtype)
+        if replay.recording():
+            replay.note_allocation(out)
+    args = (x, TABLE, out, np.float32(scale))
+    KERNEL((1,), (32,), args)
+    if replay.recording():
+        replay.note_launch(KERNEL, (1,), (32,), args)
+    return out
+
+
+class FakeGraph:
+    def __init__(self):
+        self.cache = {}
+
+    def cached(self, key, build):
+        if key not in self.cache:
+            self.cache[key] = build()
+        return self.cache[key]
+
+
+@pytest.fixture
+def public(monkeypatch):
+    fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: 0)))
+    monkeypatch.setattr(backend, "cupy", fake_cupy)
+    FULL_CALLS.clear()
+    return replay.replayed(scaled_plus_table)
+
+
+def _x(seed):
+    x = FakeArray((6,), np.float32)
+    x.values[:] = np.random.default_rng(seed).standard_normal(6)
+    return x
+
+
+def test_later_calls_replay_with_their_own_arrays(public):
+    graph, results = FakeGraph(), []
+    for seed in range(5):
+        x = _x(seed)
+        out = public(graph, x)
+        np.testing.assert_array_equal(out.values, np.float32(2.0) * x.values + TABLE.values)
+        assert all(out.data.ptr != earlier.data.ptr for earlier in results), "a replay allocates its outputs"
+        results.append(out)
+    assert len(FULL_CALLS) == 2  # the first call and the recorded one; three replays
+    assert [type(r) for r in graph.cache["replay records"].values()] == [replay.Replay]
+
+
+def test_out_and_scalars(public):
+    graph = FakeGraph()
+    for seed in range(3):
+        x, out = _x(seed), FakeArray((6,), np.float32)
+        assert public(graph, x, out=out) is out
+        np.testing.assert_array_equal(out.values, np.float32(2.0) * x.values + TABLE.values)
+    assert len(FULL_CALLS) == 2
+    x = _x(9)
+    np.testing.assert_array_equal(public(graph, x, scale=3.0).values, np.float32(3.0) * x.values + TABLE.values)
+    assert len(FULL_CALLS) == 3  # another scalar: another description, the full path
+
+
+def test_the_same_array_twice_takes_the_full_path(public):
+    graph, x = FakeGraph(), _x(1)
+    for _ in range(3):
+        public(graph, x, out=x)
+    assert len(FULL_CALLS) == 3 and "replay records" not in graph.cache
+
+
+def test_a_recording_belongs_to_its_thread():
+    """Work reported by another thread while one records never enters its record."""
+    inside, done = threading.Event(), threading.Event()
+    seen = {}
+
+    def other_thread():
+        inside.wait(5)
+        seen["recording"] = replay.recording()
+        replay.other_work("another thread's CuPy operation")
+        done.set()
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    with replay.recorder() as collected:
+        assert replay.recording()
+        inside.set()
+        assert done.wait(5)
+    worker.join()
+    assert seen == {"recording": False} and collected.reason is None
+    assert not replay.recording()
