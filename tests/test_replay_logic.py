@@ -1,8 +1,8 @@
 """gpu/replay.py's logic without a GPU: a stand-in for CuPy (its arrays are NumPy buffers at
 made-up addresses, its kernels Python functions of their argument lists) runs a small op
 through the replay wrapper. The first call runs in full, the second is recorded, later ones
-replay with their own arrays, out= and scalars. The GPU
-suite (tests/test_replay.py) checks the same on every real op."""
+replay with their own arrays, out= and scalars. The GPU suite (tests/test_replay.py) checks
+the same on every real op."""
 
 import ctypes
 from types import SimpleNamespace
