@@ -23,6 +23,7 @@ from compare_trees import cases
 
 import cupy_csrattn
 import cupy_csrattn.datasets
+from cupy_csrattn.bench import timing
 from cupy_csrattn.gpu import kernels, replay
 
 CALLS, SYNCED = 2000, 200
@@ -30,16 +31,9 @@ CALLS, SYNCED = 2000, 200
 EMPTY = cupy.RawKernel('extern "C" __global__ void empty_kernel(float* x, int n) {}', "empty_kernel")
 
 
-def host_time(fn, calls=CALLS):
+def host_time(fn):
     """Host seconds per call, calls issued back to back (the GPU runs behind)."""
-    fn()
-    cupy.cuda.Device().synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    cupy.cuda.Device().synchronize()
-    return elapsed / calls
+    return timing.time_host_call(fn, repeat=CALLS) * 1e-6
 
 
 def synced_time(fn, calls=SYNCED):
