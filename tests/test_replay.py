@@ -186,3 +186,35 @@ def test_trailing_shapes_replay(cupy, case, trailing):
         assert not _replay_records(graph)
     else:
         assert len(_replay_records(graph)) == 1, "the repeated call was not replayed"
+
+
+def test_threads_record_and_replay_their_own_calls(cupy):
+    """Several threads call ops at once on their own graphs: each record holds only its own
+    thread's launches, so every call equals the full path."""
+    import threading
+
+    cases = [next(c for c in CASES if c.op == op) for op in ("edge_softmax", "attention_aggregate", "graph_attention")]
+    failures = []
+
+    def work(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            graph_data = odd_sizes()
+            graph = make_graph(cupy, graph_data)
+            for _ in range(6):
+                for case in cases:
+                    public = OPS[case.op].function
+                    args, kwargs = to_xp(cupy, case.make(rng, graph_data, 2, 5, np.float32))
+                    got = public(graph, *args, **kwargs)
+                    want = public.__wrapped__(graph, *args, **kwargs)
+                    _assert_same(got, want, f"{case} in thread {seed}")
+            assert _replay_records(graph), "no call was replayed"
+        except BaseException as error:  # handed to the main thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[0]

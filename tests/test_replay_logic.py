@@ -1,10 +1,11 @@
 """gpu/replay.py's logic without a GPU: a stand-in for CuPy (its arrays are NumPy buffers at
 made-up addresses, its kernels Python functions of their argument lists) runs a small op
 through the replay wrapper. The first call runs in full, the second is recorded, later ones
-replay with their own arrays, out= and scalars. The GPU suite (tests/test_replay.py) checks
-the same on every real op."""
+replay with their own arrays, out= and scalars; a recording belongs to its thread. The GPU
+suite (tests/test_replay.py) checks the same on every real op."""
 
 import ctypes
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -142,3 +143,25 @@ def test_the_same_array_twice_takes_the_full_path(public):
     for _ in range(3):
         public(graph, x, out=x)
     assert len(FULL_CALLS) == 3 and "replay records" not in graph.cache
+
+
+def test_a_recording_belongs_to_its_thread():
+    """Work reported by another thread while one records never enters its record."""
+    inside, done = threading.Event(), threading.Event()
+    seen = {}
+
+    def other_thread():
+        inside.wait(5)
+        seen["recording"] = replay.recording()
+        replay.other_work("another thread's CuPy operation")
+        done.set()
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    with replay.recorder() as collected:
+        assert replay.recording()
+        inside.set()
+        assert done.wait(5)
+    worker.join()
+    assert seen == {"recording": False} and collected.reason is None
+    assert not replay.recording()

@@ -20,7 +20,9 @@ an argument of any other kind are never recorded. The graph holds the records: t
 with it, and a graph's arrays must not change after it is built (the CSRGraph contract).
 """
 
+import contextlib
 import functools
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -40,34 +42,51 @@ _SCALARS = (int, float, bool, str)
 _IN, _NEW = 0, 1  # sources of an array argument: a caller's array, a new allocation
 
 
-class _Recorder:
-    """What one call does on the GPU, collected by the hooks below."""
+class Recorder:
+    """What the calls of one thread do on the GPU while it records (see ``recorder``)."""
 
     def __init__(self):
         self.launches = []  # (kernel, grid, block, args)
         self.allocations = []
-        self.reason = None  # why the call cannot be replayed, or None
+        self.reason = None  # why the work cannot be replayed, or None
 
 
-_recorder = None  # the recorder of the call being recorded, if any
+# Each thread records its own calls: another thread's launches never enter a record.
+_local = threading.local()
+
+
+def _current():
+    return getattr(_local, "recorder", None)
+
+
+@contextlib.contextmanager
+def recorder():
+    """A Recorder collecting the GPU work this thread does inside the block."""
+    _local.recorder = collected = Recorder()
+    try:
+        yield collected
+    finally:
+        _local.recorder = None
 
 
 def recording():
-    return _recorder is not None
+    """True while this thread records a call."""
+    return _current() is not None
 
 
 def note_launch(kernel, grid, block, args):
-    _recorder.launches.append((kernel, grid, block, args))
+    _current().launches.append((kernel, grid, block, args))
 
 
 def note_allocation(array):
-    _recorder.allocations.append(array)
+    _current().allocations.append(array)
 
 
 def other_work(reason):
-    """Mark the call being recorded (if any) as doing GPU work that a replay would not repeat."""
-    if _recorder is not None and _recorder.reason is None:
-        _recorder.reason = reason
+    """Mark the call this thread is recording (if any) as doing GPU work that a replay would not repeat."""
+    current = _current()
+    if current is not None and current.reason is None:
+        current.reason = reason
 
 
 def _describe(args, kwargs):
@@ -128,16 +147,16 @@ class Replay:
     would build from them on every call), the call's own arrays filled in per call.
     """
 
-    def __init__(self, recorder, arrays, result):
+    def __init__(self, collected, arrays, result):
         cupy = backend.cupy
-        self.allocations = [(a.shape, a.dtype) for a in recorder.allocations]
+        self.allocations = [(a.shape, a.dtype) for a in collected.allocations]
         self.launches = []
         self._graph_arrays = []  # keeps the arrays whose addresses the lists hold alive
-        for kernel, grid, block, args in recorder.launches:
+        for kernel, grid, block, args in collected.launches:
             template, slots = [], []
             for position, value in enumerate(args):
                 if type(value) is cupy.ndarray:
-                    source = _source(value, arrays, recorder.allocations)
+                    source = _source(value, arrays, collected.allocations)
                     if source == "ambiguous":
                         raise _NotReplayable("an argument's memory lies in two arrays")
                     if source is None:  # the graph's own data, the same in every call
@@ -151,7 +170,7 @@ class Replay:
                 else:
                     raise _NotReplayable(f"a kernel argument of type {type(value).__name__}")
             self.launches.append((kernel.kernel, (*grid, 1, 1)[:3], (*block, 1, 1)[:3], template, slots))
-        self.result = self._template(result, arrays, recorder.allocations)
+        self.result = self._template(result, arrays, collected.allocations)
 
     @staticmethod
     def _template(result, arrays, allocations):
@@ -198,7 +217,7 @@ def replayed(function):
     @functools.wraps(function)
     def call(*args, **kwargs):
         graph = args[0] if args else None
-        if not ENABLED or backend.cupy is None or not hasattr(graph, "cached") or _recorder is not None:
+        if not ENABLED or backend.cupy is None or not hasattr(graph, "cached") or recording():
             return function(*args, **kwargs)
         key, arrays = _describe(args, kwargs)
         if key is None:
@@ -219,17 +238,13 @@ def replayed(function):
 
 
 def _record(function, args, kwargs, records, key, arrays):
-    global _recorder
-    _recorder = recorder = _Recorder()
-    try:
+    with recorder() as collected:
         result = function(*args, **kwargs)
-    finally:
-        _recorder = None
-    if recorder.reason is not None or not recorder.launches:
+    if collected.reason is not None or not collected.launches:
         records[key] = None
         return result
     try:
-        records[key] = Replay(recorder, arrays, result)
+        records[key] = Replay(collected, arrays, result)
     except _NotReplayable:
         records[key] = None
     return result
