@@ -3,11 +3,12 @@ graphs and inputs (this library's ops only, no baselines): is a change faster or
 
 Run on a machine with a GPU, from the repository root:
     git archive OLD_COMMIT | tar -x -C /tmp/old
-    python3 benchmarks/compare_trees.py /tmp/old . results.json [GRAPH ...]
+    python3 benchmarks/compare_trees.py /tmp/old . results.json [GRAPH ...] [--case TEXT ...]
 Each case runs old, new, old, new (median of REPEAT event-timed, synchronized calls each);
 the two runs of the old tree give the run-to-run noise. The graphs come from the new tree's
 cupy_csrattn.datasets: a uniform graph of 1M rows and 16M edges, an R-MAT graph of scale
-20, a 384-row graph (per-call cost) and a dense graph of 100k rows and 50M edges.
+20, a 384-row graph (per-call cost) and a dense graph of 100k rows and 50M edges. With
+--case, only the cases whose name contains one of the TEXTs run.
 """
 
 import json
@@ -119,7 +120,7 @@ def _backward(saved, op, inputs, grad_out, *, package, graph):
     getattr(package, op + "_backward")(graph, *inputs, out, grad_out, lse)
 
 
-def main(old_tree, new_tree, out_path, *names):
+def main(old_tree, new_tree, out_path, *names, case_filter=()):
     new = load(new_tree)
     arrays = graphs(new.datasets, names or list(GRAPHS))
     packages = {"old": load(old_tree), "new": new}
@@ -130,6 +131,8 @@ def main(old_tree, new_tree, out_path, *names):
         num_edges, num_dst = len(indices), len(indptr) - 1
         print(f"-- {name}: {num_dst} rows, {num_edges} edges, max degree {int(np.diff(indptr).max())}", flush=True)
         for case, fn in cases(np.random.default_rng(0), num_edges, num_dst, num_src):
+            if case_filter and not any(text in case for text in case_filter):
+                continue
             times = {"old": [], "new": []}
             for tag in ("old", "new", "old", "new"):
                 times[tag].append(time_call(partial(fn, package=packages[tag], graph=graph_of[tag])))
@@ -158,4 +161,5 @@ def main(old_tree, new_tree, out_path, *names):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    at = sys.argv.index("--case") if "--case" in sys.argv else len(sys.argv)
+    main(*sys.argv[1:at], case_filter=tuple(sys.argv[at + 1 :]))

@@ -5,10 +5,22 @@ The fused ops allocate nothing per edge: besides their outputs, the backward hol
 (N, H) array (row_dot) and uses the graph's cached plan and transpose.
 """
 
+import math
+
 from cupy_csrattn.backend import accumulation_dtype
-from cupy_csrattn.gpu.aggregate import aggregate, run_row_kernels
+from cupy_csrattn.gpu import plan as plans
+from cupy_csrattn.gpu.aggregate import aggregate, merge_split_rows, run_row_kernels
 from cupy_csrattn.gpu.derived import unit_values
-from cupy_csrattn.gpu.kernels import launch, scratch, thread_grid
+from cupy_csrattn.gpu.kernels import (
+    MAX_BATCHED_HEADS,
+    SOURCES_ACC,
+    WARP,
+    launch,
+    scratch,
+    thread_grid,
+    vector_width,
+    warp_grid,
+)
 from cupy_csrattn.gpu.sddmm import edge_dot
 from cupy_csrattn.gpu.softmax import run_softmax
 
@@ -86,13 +98,58 @@ def gat_attention(graph, a_dst, a_src, values, negative_slope, out, lse):
 
 def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b, grad_v, a_values, b_values):
     """grad_a sums over rows with values b_values, grad_b over sources with values a_values
-    (k and q for "dot"; ones for "gat"), grad_v over sources with values grad_out."""
+    (k and q for "dot"; None, ones, for "gat"), grad_v over sources with values grad_out."""
     row_dot = row_dots(graph, grad_out, out)
     grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
+    if b_values is None:
+        b_values = unit_values(graph, grad_a.shape[1], grad_a.dtype)[: graph.num_dst]
     run_row_kernels(f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
     graph_t, _ = graph.transpose()
+    if _source_sums(score, graph_t, a_values, grad_b, grad_v, grad_args):
+        return
+    if a_values is None:
+        a_values = unit_values(graph, grad_b.shape[1], grad_b.dtype)[: graph.num_src]
     run_row_kernels(f"attention_{score}_grad_t", graph_t, a_values, grad_b, grad_args, fused=True)
     run_row_kernels(f"attention_{score}_probs_t", graph_t, grad_out, grad_v, _score_args(a, b, c, lse=lse), fused=True)
+
+
+def _source_sums(score, graph_t, a_values, grad_b, grad_v, grad_args):
+    """grad_b and grad_v in one pass over the transposed graph (attention_*_sources), which
+    gathers each edge's q[dst] (a_values; None: ones) and grad_out[dst] once; False where
+    the kernel does not apply (more heads than a warp's lanes, more features per node than
+    its accumulators hold), and nothing is done."""
+    heads, f1, fv = grad_v.shape[1], grad_b.shape[2], grad_v.shape[2]
+    gathered = [grad_args["grad_out"]] + ([] if a_values is None else [a_values])
+    width = vector_width(math.gcd(fv, 0 if a_values is None else f1), *gathered)
+    features = heads * (fv + (0 if a_values is None else f1))
+    if heads > MAX_BATCHED_HEADS or features > WARP * width * SOURCES_ACC:
+        return False
+    plan = plans.plan_for(graph_t, fused=True)
+    state_dtype = accumulation_dtype(grad_v.dtype)
+    split_items = plan.num_split_items
+    partial1 = scratch((split_items, heads * f1), state_dtype) if split_items else None
+    partial2 = scratch((split_items, heads * fv), state_dtype) if split_items else None
+    launch(
+        f"attention_{score}_sources_v{width}",
+        grad_v.dtype,
+        graph_t.index_dtype,
+        warp_grid(plan.num_items),
+        items=plan.items,
+        num_items=plan.num_items,
+        num_whole=plan.num_whole,
+        H=heads,
+        indices=graph_t.indices,
+        X1=a_values,
+        F1=f1,
+        out1=grad_b,
+        partial1=partial1,
+        out2=grad_v,
+        partial2=partial2,
+        **grad_args,
+    )
+    merge_split_rows(graph_t, plan, grad_b, partial1)
+    merge_split_rows(graph_t, plan, grad_v, partial2)
+    return True
 
 
 def graph_attention_backward(graph, q, k, v, out, grad_out, lse, scale, grad_q, grad_k, grad_v):
@@ -103,7 +160,6 @@ def gat_attention_backward(
     graph, a_dst, a_src, values, out, grad_out, lse, negative_slope, grad_a_dst, grad_a_src, grad_values
 ):
     heads = a_dst.shape[1]
-    ones = unit_values(graph, heads, values.dtype)
     _fused_backward(
         "gat",
         graph,
@@ -117,6 +173,6 @@ def gat_attention_backward(
         grad_a_dst.reshape(graph.num_dst, heads, 1),
         grad_a_src.reshape(graph.num_src, heads, 1),
         grad_values,
-        ones[: graph.num_dst],
-        ones[: graph.num_src],
+        None,
+        None,
     )
