@@ -172,14 +172,14 @@ struct FusedSourceWeights {
 // aggregate.cuh: a batch of B = 32 / H edges at a time, lane k * H + h computing (w1, w2)
 // of edge k and head h once; then the lanes gather VEC-wide slices of the concatenated
 // features of each edge's destination, X1[dst] (H * F1) followed by grad_out[dst] (H * Fv),
-// and accumulate each with its weight. With X1 null (gat: grad_a_src = sum of w1) lane h
-// sums head h's w1 instead, F1 = 1. Whole rows write out1 and out2; split rows write their
+// and accumulate each with its weight. With ones set (gat: grad_a_src = sum of w1; X1 is
+// not read, F1 = 1) lane h sums head h's w1 instead. Whole rows write out1 and out2; split rows write their
 // partials (partial1, partial2), merged by aggregate_merge_sum in item order. Every sum runs
 // over the edges in order. No shared memory. Bound: memory (the gathers of the destination rows).
 template <class S, int VEC>
 __device__ __forceinline__ void attention_sources(const i64* items, i64 num_items, i64 num_whole, int H,
                                                   const idx_t* indices, const FusedSourceWeights<S>& w,
-                                                  const scalar_t* X1, int F1, scalar_t* out1, acc_t* partial1,
+                                                  int ones, const scalar_t* X1, int F1, scalar_t* out1, acc_t* partial1,
                                                   scalar_t* out2, acc_t* partial2) {
     i64 index;
     Item item;
@@ -188,7 +188,7 @@ __device__ __forceinline__ void attention_sources(const i64* items, i64 num_item
     const HeadLanes lanes = head_lanes(H);
     const int B = lanes.R;
     const bool weight_lane = lane < B * H;
-    const int HF1 = X1 != 0 ? H * F1 : 0;  // gathered features of X1
+    const int HF1 = ones ? 0 : H * F1;  // gathered features of X1
     const int HF2 = H * w.Fv;
     const scalar_t* X2 = w.grad_out;
 
@@ -206,7 +206,9 @@ __device__ __forceinline__ void attention_sources(const i64* items, i64 num_item
 #pragma unroll
         for (int v = 0; v < VEC; ++v) acc[t][v] = 0;
     }
-    acc_t ones_sum = 0;  // X1 null: lane h < H sums head h's w1
+    // The tiles t < used hold features; the others are skipped by the whole warp.
+    const int used = (HF1 + HF2 + WARP * VEC - 1) / (WARP * VEC);
+    acc_t ones_sum = 0;  // ones: lane h < H sums head h's w1
     for (i64 e0 = item.begin; e0 < item.end; e0 += B) {
         int batch = (int)min((i64)B, item.end - e0);
         i64 my_col = 0;
@@ -219,9 +221,10 @@ __device__ __forceinline__ void attention_sources(const i64* items, i64 num_item
         for (int k = 0; k < batch; ++k) {
             i64 col = __shfl_sync(FULL_MASK, my_col, k * H);
             acc_t head_w1 = __shfl_sync(FULL_MASK, my_w1, k * H + lane % H);
-            if (X1 == 0) ones_sum += head_w1;
+            if (ones) ones_sum += head_w1;
 #pragma unroll
             for (int t = 0; t < SOURCES_ACC; ++t) {
+                if (t >= used) break;
                 acc_t w1 = __shfl_sync(FULL_MASK, my_w1, k * H + head[t]);
                 acc_t w2 = __shfl_sync(FULL_MASK, my_w2, k * H + head[t]);
                 if (!valid[t]) continue;
@@ -235,8 +238,8 @@ __device__ __forceinline__ void attention_sources(const i64* items, i64 num_item
     }
     const bool split = item.split >= 0;
     const i64 slot = index - num_whole;
-    const int out1_width = X1 != 0 ? HF1 : H;
-    if (X1 == 0 && lane < H) {
+    const int out1_width = ones ? H : HF1;
+    if (ones && lane < H) {
         if (split) partial1[slot * out1_width + lane] = ones_sum;
         else store_scalar(out1 + item.row * out1_width + lane, ones_sum);
     }
@@ -258,11 +261,11 @@ __device__ __forceinline__ void attention_sources(const i64* items, i64 num_item
 }
 
 #define SOURCES_ARGS                                                                                       \
-    const i64 *items, i64 num_items, i64 num_whole, int H, const idx_t *indices, const scalar_t *X1, int F1, \
+    const i64 *items, i64 num_items, i64 num_whole, int H, const idx_t *indices, int ones, const scalar_t *X1, int F1, \
         scalar_t *out1, acc_t *partial1, scalar_t *out2, acc_t *partial2 ATTENTION_ARGS
 #define SOURCES_PASS(SCORE) \
     items, num_items, num_whole, H, indices, FusedSourceWeights<decltype(SCORE)>{SCORE, lse, grad_out, v, row_dot, H, Fv}, \
-        X1, F1, out1, partial1, out2, partial2
+        ones, X1, F1, out1, partial1, out2, partial2
 #define SOURCES_ENTRY_POINTS(PREFIX, SCORE)                                                                    \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS) PREFIX##_v1(SOURCES_ARGS) {                 \
         attention_sources<decltype(SCORE), 1>(SOURCES_PASS(SCORE));                                          \

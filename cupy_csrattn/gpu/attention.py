@@ -139,6 +139,7 @@ def _source_sums(score, graph_t, a_values, grad_b, grad_v, grad_args):
         num_whole=plan.num_whole,
         H=heads,
         indices=graph_t.indices,
+        ones=int(a_values is None),
         X1=a_values,
         F1=f1,
         out1=grad_b,
