@@ -18,6 +18,7 @@ imports this one.
 
 from cupy_csrattn.bench.baselines import load_pyg
 from cupy_csrattn.bench.devices import CpuDevice, GpuDevice
+from cupy_csrattn.bench.fused import FLOOR_OPS, gather_floor_bytes
 from cupy_csrattn.bench.graphs import (
     dense_graph,
     file_graph,
@@ -33,6 +34,7 @@ from cupy_csrattn.bench.runner import BENCH_OPS, EDGE_ONLY_OPS, Case, GraphBench
 __all__ = [
     "BENCH_OPS",
     "EDGE_ONLY_OPS",
+    "FLOOR_OPS",
     "Case",
     "CpuDevice",
     "GpuDevice",
@@ -41,6 +43,7 @@ __all__ = [
     "file_graph",
     "file_stem",
     "format_table",
+    "gather_floor_bytes",
     "graph_from_spec",
     "load_pyg",
     "make_cases",
