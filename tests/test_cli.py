@@ -652,6 +652,7 @@ def test_bench_records_the_gather_floor_and_the_backward_alone(capsys, tmp_path)
         "--no-plot",
     )
     assert status == 0, err
+    assert "% of gather floor" in out and "x forward" in out
     document = json.loads(next(tmp_path.glob("bench_cpu_*.json")).read_text())
     bandwidth = document["copy_bandwidth_bytes_per_s"]
     records = {(r["op"], r["method"]): r for r in document["records"]}
@@ -743,10 +744,27 @@ def test_format_table_and_json(tmp_path):
         dict(graph="g", op="spmm", dtype="float32", H=1, F=8, method=m, ms=ms, roofline_fraction=0.5)
         for m, ms in (("csrattn", 1.0), ("scipy", 3.0))
     ]
+    records.append(
+        dict(
+            graph="g",
+            op="gat_attention_backward",
+            dtype="float16",
+            H=8,
+            F=16,
+            method="csrattn",
+            ms=4.0,
+            roofline_fraction=0.5,
+            gather_floor_fraction=0.25,
+            backward_ms=3.0,
+            backward_over_forward=3.0,
+        )
+    )
     table = bm.format_table(
         records, [dict(graph="g", op="sddmm", dtype="float32", H=1, F=8, method="csrattn", reason="no GPU kernel yet")]
     )
     assert "3.00x" in table and "no GPU kernel yet" in table
+    assert "25.0% of gather floor; backward 3.0000 ms = 3.00x forward" in table
+    assert bm.floor_text(records[0]) == ""
     path = bm.write_json(tmp_path / "sub" / "r.json", {"records": records})
     assert json.loads(path.read_text())["records"][1]["ms"] == 3.0
 

@@ -28,7 +28,14 @@ from cupy_csrattn.bench.graphs import (
     small_graph,
     uniform_graph,
 )
-from cupy_csrattn.bench.report import file_stem, format_table, matplotlib_available, plot_results, write_json
+from cupy_csrattn.bench.report import (
+    file_stem,
+    floor_text,
+    format_table,
+    matplotlib_available,
+    plot_results,
+    write_json,
+)
 from cupy_csrattn.bench.runner import BENCH_OPS, EDGE_ONLY_OPS, Case, GraphBench, make_cases, run_cases
 
 __all__ = [
@@ -42,6 +49,7 @@ __all__ = [
     "dense_graph",
     "file_graph",
     "file_stem",
+    "floor_text",
     "format_table",
     "gather_floor_bytes",
     "graph_from_spec",
