@@ -801,6 +801,20 @@ def test_bench_gpu_script_keeps_its_cases_and_command_line():
     assert "--quick" in result.stdout and "--only" in result.stdout
 
 
+def test_bench_attention_script_times_each_fused_backward_in_float16(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports bench_gpu
+    spec = importlib.util.spec_from_file_location("bench_attention", ROOT / "benchmarks" / "bench_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # importable without CuPy
+    cases = module.cases()
+    for op in ("graph_attention", "gat_attention", "gatv2_attention"):
+        float16 = [c for c in cases if c.op.startswith(op) and c.dtype == "float16"]
+        assert float16 == [bm.Case(op, "float16", 8, 16, False), bm.Case(op + "_backward", "float16", 8, 16, False)]
+        # the backward-only estimate needs the forward of the same case in the run
+        backward = [c for c in cases if c.op == op + "_backward"]
+        assert all(dataclasses.replace(c, op=op) in cases for c in backward)
+
+
 # ---------------------------------------------------------------------------------------
 # The CPU backend's fused backward: the faster formulation
 
