@@ -629,28 +629,9 @@ def test_gather_floor_of_a_forward_is_its_byte_model_on_a_square_graph():
 
 
 def test_bench_records_the_gather_floor_and_the_backward_alone(capsys, tmp_path):
-    status, out, err = run_main(
-        capsys,
-        "bench",
-        "--graph",
-        "uniform:120,4",
-        "--ops",
-        "spmm",
-        "gat_attention",
-        "gat_attention_backward",
-        "gatv2_attention_backward",
-        "--heads",
-        "2",
-        "--features",
-        "4",
-        "--repeat",
-        "1",
-        "--device",
-        "cpu",
-        "--out",
-        str(tmp_path),
-        "--no-plot",
-    )
+    ops = "spmm gat_attention gat_attention_backward gatv2_attention_backward"
+    options = f"--graph uniform:120,4 --ops {ops} --heads 2 --features 4 --repeat 1 --device cpu --no-plot"
+    status, out, err = run_main(capsys, "bench", *options.split(), "--out", str(tmp_path))
     assert status == 0, err
     assert "% of gather floor" in out and "x forward" in out
     document = json.loads(next(tmp_path.glob("bench_cpu_*.json")).read_text())
@@ -769,11 +750,16 @@ def test_format_table_and_json(tmp_path):
     assert json.loads(path.read_text())["records"][1]["ms"] == 3.0
 
 
-def test_bench_gpu_script_keeps_its_cases_and_command_line():
-    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "benchmarks" / "bench_gpu.py")
+def load_benchmark(name):
+    """The script benchmarks/<name>.py as a module (they import without CuPy)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # importable without CuPy
-    cases = [(c.op, c.dtype, c.H, c.F, c.baselines) for c in module.cases()]
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_gpu_script_keeps_its_cases_and_command_line():
+    cases = [(c.op, c.dtype, c.H, c.F, c.baselines) for c in load_benchmark("bench_gpu").cases()]
     assert cases == [
         ("edge_softmax", "float32", 8, 0, True),
         ("edge_softmax_backward", "float32", 8, 0, False),
@@ -803,10 +789,7 @@ def test_bench_gpu_script_keeps_its_cases_and_command_line():
 
 def test_bench_attention_script_times_each_fused_backward_in_float16(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports bench_gpu
-    spec = importlib.util.spec_from_file_location("bench_attention", ROOT / "benchmarks" / "bench_attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # importable without CuPy
-    cases = module.cases()
+    cases = load_benchmark("bench_attention").cases()
     for op in ("graph_attention", "gat_attention", "gatv2_attention"):
         float16 = [c for c in cases if c.op.startswith(op) and c.dtype == "float16"]
         assert float16 == [bm.Case(op, "float16", 8, 16, False), bm.Case(op + "_backward", "float16", 8, 16, False)]
