@@ -46,9 +46,13 @@ def cases():
 
 
 def print_record(entry):
+    from cupy_csrattn import bench
+
+    floor = bench.floor_text(entry)
     print(
         f"{entry['graph']:>14} {entry['op']:<30} {entry['dtype']:>7} H={entry['H']:<2} F={entry['F']:<3} "
-        f"{entry['method']:<12} {entry['ms']:9.4f} ms  {entry['roofline_fraction'] * 100:6.1f}% of roofline",
+        f"{entry['method']:<12} {entry['ms']:9.4f} ms  {entry['roofline_fraction'] * 100:6.1f}% of roofline"
+        + (f", {floor}" if floor else ""),
         flush=True,
     )
 

@@ -579,6 +579,84 @@ def test_byte_counts_are_the_gpu_benchmark_formulas():
         assert OPS["spmm_backward"].bytes(graph, dtype, H, F) == backward
 
 
+def test_gather_floor_by_hand():
+    """The gather floor of cupy_csrattn.bench.fused on a 3 x 4 graph of 5 edges, int32 indices
+    (4 bytes), H = 2 heads, F = D = 3, worked out term by term."""
+    graph = ca.CSRGraph(np.array([0, 2, 2, 5], np.int32), np.array([1, 3, 0, 3, 2], np.int32), 4)
+    E, num_dst, num_src = 5, 3, 4
+    # graph_attention, float32: per edge the index and k[src], v[src] (6 + 6 elements); per
+    # destination q read and out written (6 + 6); lse (2 float32 per destination) when written.
+    forward = E * (4 + 12 * 4) + num_dst * 12 * 4
+    assert forward == 404
+    assert bm.gather_floor_bytes(graph, "graph_attention", "float32", 2, 3) == forward
+    assert bm.gather_floor_bytes(graph, "graph_attention", "float32", 2, 3, lse=True) == forward + num_dst * 2 * 4
+    # backward: per edge two indices, k, v (row pass), q, grad_out (transposed pass): 24 elements;
+    # per destination q, out, grad_out read, grad_q written (24) and lse read; per source k, v
+    # read (12) and grad_k, grad_v written (12).
+    backward = E * (2 * 4 + 24 * 4) + num_dst * (24 * 4 + 2 * 4) + num_src * 24 * 4
+    assert backward == 1216
+    assert bm.gather_floor_bytes(graph, "graph_attention_backward", "float32", 2, 3) == 428 + backward == 1644
+    # gat_attention, float16 (lse float32): per edge the index, a_src and values (2 + 6);
+    # per destination a_dst read and out written (2 + 6).
+    assert bm.gather_floor_bytes(graph, "gat_attention", "float16", 2, 3) == E * (4 + 8 * 2) + num_dst * 8 * 2 == 148
+    # backward: per edge two indices, a_src, values, a_dst, grad_out (16 elements); per
+    # destination a_dst, out, grad_out, grad_a_dst (16) and lse; per source 2 * (2 + 6).
+    backward = E * (2 * 4 + 16 * 2) + num_dst * (16 * 2 + 2 * 4) + num_src * 16 * 2
+    assert bm.gather_floor_bytes(graph, "gat_attention_backward", "float16", 2, 3) == 148 + 24 + backward == 620
+    # gatv2_attention, float32: per edge the index and x_src (6); per destination x_dst, out (6 + 6);
+    # att (6) once. Backward: per edge two indices, x_src, x_dst, grad_out (18); per destination
+    # x_dst, out, grad_out, grad_x_dst (24) and lse; per source x_src, grad_x_src (12); att read
+    # and grad_att written (12).
+    forward = E * (4 + 6 * 4) + num_dst * 12 * 4 + 6 * 4
+    backward = E * (2 * 4 + 18 * 4) + num_dst * (24 * 4 + 2 * 4) + num_src * 12 * 4 + 12 * 4
+    assert bm.gather_floor_bytes(graph, "gatv2_attention", "float32", 2, 3) == forward == 308
+    assert bm.gather_floor_bytes(graph, "gatv2_attention_backward", "float32", 2, 3) == forward + 24 + backward == 1284
+    with pytest.raises(ValueError, match="no gather floor"):
+        bm.gather_floor_bytes(graph, "spmm", "float32", 2, 3)
+
+
+def test_gather_floor_of_a_forward_is_its_byte_model_on_a_square_graph():
+    """Without lse, the forward floor counts what the registry's byte model counts; the forward
+    + backward floor is below that model (which counts a gather per edge for each kernel pass)."""
+    graph = datasets.uniform_graph(300, 5, seed=0)
+    for op in ("graph_attention", "gat_attention", "gatv2_attention"):
+        for dtype, H, F in (("float32", 8, 16), ("float16", 4, 64)):
+            assert bm.gather_floor_bytes(graph, op, dtype, H, F) == OPS[op].bytes(graph, np.dtype(dtype), H, F)
+            backward = op + "_backward"
+            assert bm.gather_floor_bytes(graph, backward, dtype, H, F) < OPS[backward].bytes(
+                graph, np.dtype(dtype), H, F
+            )
+
+
+def test_bench_records_the_gather_floor_and_the_backward_alone(capsys, tmp_path):
+    ops = "spmm gat_attention gat_attention_backward gatv2_attention_backward"
+    options = f"--graph uniform:120,4 --ops {ops} --heads 2 --features 4 --repeat 1 --device cpu --no-plot"
+    status, out, err = run_main(capsys, "bench", *options.split(), "--out", str(tmp_path))
+    assert status == 0, err
+    assert "% of gather floor" in out and "x forward" in out
+    document = json.loads(next(tmp_path.glob("bench_cpu_*.json")).read_text())
+    bandwidth = document["copy_bandwidth_bytes_per_s"]
+    records = {(r["op"], r["method"]): r for r in document["records"]}
+    assert "gather_floor_bytes" not in records["spmm", "csrattn"]
+    graph = datasets.uniform_graph(120, 4)
+    for (op, method), record in records.items():
+        if op == "spmm":
+            continue
+        assert record["gather_floor_bytes"] == bm.gather_floor_bytes(graph, op, "float32", 2, 4)
+        assert record["gather_floor_ms"] == pytest.approx(record["gather_floor_bytes"] / bandwidth * 1e3)
+        assert record["gather_floor_fraction"] == pytest.approx(record["gather_floor_ms"] / record["ms"])
+        forward = records.get(("gat_attention", method)) if op == "gat_attention_backward" else None
+        if forward is None:  # a forward, or a backward case whose forward was not run
+            assert "backward_ms" not in record
+            continue
+        assert record["forward_ms"] == forward["ms"]
+        assert record["backward_ms"] == pytest.approx(record["ms"] - forward["ms"])
+        assert record["backward_over_forward"] == pytest.approx(record["backward_ms"] / forward["ms"])
+    assert ("gat_attention_backward", "csrattn") in records and "backward_ms" in records[
+        "gat_attention_backward", "csrattn"
+    ]
+
+
 def test_cpu_baselines_compute_the_same_thing():
     rng = np.random.default_rng(0)
     degrees = rng.integers(0, 6, 50)
@@ -647,19 +725,41 @@ def test_format_table_and_json(tmp_path):
         dict(graph="g", op="spmm", dtype="float32", H=1, F=8, method=m, ms=ms, roofline_fraction=0.5)
         for m, ms in (("csrattn", 1.0), ("scipy", 3.0))
     ]
+    records.append(
+        dict(
+            graph="g",
+            op="gat_attention_backward",
+            dtype="float16",
+            H=8,
+            F=16,
+            method="csrattn",
+            ms=4.0,
+            roofline_fraction=0.5,
+            gather_floor_fraction=0.25,
+            backward_ms=3.0,
+            backward_over_forward=3.0,
+        )
+    )
     table = bm.format_table(
         records, [dict(graph="g", op="sddmm", dtype="float32", H=1, F=8, method="csrattn", reason="no GPU kernel yet")]
     )
     assert "3.00x" in table and "no GPU kernel yet" in table
+    assert "25.0% of gather floor; backward 3.0000 ms = 3.00x forward" in table
+    assert bm.floor_text(records[0]) == ""
     path = bm.write_json(tmp_path / "sub" / "r.json", {"records": records})
     assert json.loads(path.read_text())["records"][1]["ms"] == 3.0
 
 
-def test_bench_gpu_script_keeps_its_cases_and_command_line():
-    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "benchmarks" / "bench_gpu.py")
+def load_benchmark(name):
+    """The script benchmarks/<name>.py as a module (they import without CuPy)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # importable without CuPy
-    cases = [(c.op, c.dtype, c.H, c.F, c.baselines) for c in module.cases()]
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_gpu_script_keeps_its_cases_and_command_line():
+    cases = [(c.op, c.dtype, c.H, c.F, c.baselines) for c in load_benchmark("bench_gpu").cases()]
     assert cases == [
         ("edge_softmax", "float32", 8, 0, True),
         ("edge_softmax_backward", "float32", 8, 0, False),
@@ -685,6 +785,17 @@ def test_bench_gpu_script_keeps_its_cases_and_command_line():
     )
     assert result.returncode == 0
     assert "--quick" in result.stdout and "--only" in result.stdout
+
+
+def test_bench_attention_script_times_each_fused_backward_in_float16(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports bench_gpu
+    cases = load_benchmark("bench_attention").cases()
+    for op in ("graph_attention", "gat_attention", "gatv2_attention"):
+        float16 = [c for c in cases if c.op.startswith(op) and c.dtype == "float16"]
+        assert float16 == [bm.Case(op, "float16", 8, 16, False), bm.Case(op + "_backward", "float16", 8, 16, False)]
+        # the backward-only estimate needs the forward of the same case in the run
+        backward = [c for c in cases if c.op == op + "_backward"]
+        assert all(dataclasses.replace(c, op=op) in cases for c in backward)
 
 
 # ---------------------------------------------------------------------------------------

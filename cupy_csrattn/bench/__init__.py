@@ -18,6 +18,7 @@ imports this one.
 
 from cupy_csrattn.bench.baselines import load_pyg
 from cupy_csrattn.bench.devices import CpuDevice, GpuDevice
+from cupy_csrattn.bench.fused import FLOOR_OPS, gather_floor_bytes
 from cupy_csrattn.bench.graphs import (
     dense_graph,
     file_graph,
@@ -27,12 +28,20 @@ from cupy_csrattn.bench.graphs import (
     small_graph,
     uniform_graph,
 )
-from cupy_csrattn.bench.report import file_stem, format_table, matplotlib_available, plot_results, write_json
+from cupy_csrattn.bench.report import (
+    file_stem,
+    floor_text,
+    format_table,
+    matplotlib_available,
+    plot_results,
+    write_json,
+)
 from cupy_csrattn.bench.runner import BENCH_OPS, EDGE_ONLY_OPS, Case, GraphBench, make_cases, run_cases
 
 __all__ = [
     "BENCH_OPS",
     "EDGE_ONLY_OPS",
+    "FLOOR_OPS",
     "Case",
     "CpuDevice",
     "GpuDevice",
@@ -40,7 +49,9 @@ __all__ = [
     "dense_graph",
     "file_graph",
     "file_stem",
+    "floor_text",
     "format_table",
+    "gather_floor_bytes",
     "graph_from_spec",
     "load_pyg",
     "make_cases",

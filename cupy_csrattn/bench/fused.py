@@ -9,12 +9,120 @@ in). A backward case times forward + backward together (the backward needs the f
 ``out`` and ``lse``). Timers as in :mod:`cupy_csrattn.bench.primitives`. gatv2_attention is
 timed without baselines so far (none of them composes its scores yet): its cases record
 that as a skip.
+
+Besides the registry's byte model (the roofline), each record of these ops carries its
+fraction of the gather floor (:func:`gather_floor_bytes`), and each backward record its
+backward-only time estimate (:func:`backward_estimate`).
 """
+
+import math
 
 import numpy as np
 
+from cupy_csrattn import _validate
 from cupy_csrattn.bench import baselines
 from cupy_csrattn.ops.registry import OPS
+
+#: The ops whose records carry the gather floor: the fused ops and their backward (forward +
+#: backward) cases.
+FLOOR_OPS = tuple(
+    name for op in ("graph_attention", "gat_attention", "gatv2_attention") for name in (op, op + "_backward")
+)
+
+
+def _node_elements(op, H, F):
+    """(dst_in, src_in, param, out) of :func:`gather_floor_bytes`: the elements of a fused op's
+    destination-side inputs per destination node, of its source-side inputs per source node, of
+    its parameters, and of out per destination node; D = F, as in the bench's inputs."""
+    D = F
+    if op == "graph_attention":  # q; k and v
+        return H * D, H * D + H * F, 0, H * F
+    if op == "gat_attention":  # a_dst; a_src and values
+        return H, H + H * F, 0, H * F
+    if op == "gatv2_attention":  # x_dst; x_src (score input and message); att; out of width D
+        return H * D, H * D, H * D, H * D
+    raise ValueError(f"{op!r} has no gather floor; choose from {', '.join(FLOOR_OPS)}")
+
+
+def gather_floor_bytes(graph, op, dtype, H, F, lse=False):
+    """The bytes one call of a fused op (or a ``_backward`` case: forward + backward) must move
+    when nothing gathered is reused: the no-reuse gather floor.
+
+    With E edges, num_dst and num_src nodes, ``idx`` the index itemsize, ``isz`` the dtype's,
+    ``lsz`` the lse dtype's (float32 for float16), and per op the elements of its arrays per
+    node (D = F):
+
+    ===============  =========================  ============================  ========  =====
+    op               dst_in (per dst node)      src_in (per src node)         param     out
+    ===============  =========================  ============================  ========  =====
+    graph_attention  q: H*D                     k, v: H*D + H*F               0         H*F
+    gat_attention    a_dst: H                   a_src, values: H + H*F        0         H*F
+    gatv2_attention  x_dst: H*D                 x_src: H*D (score and value)  att: H*D  H*D
+    ===============  =========================  ============================  ========  =====
+
+    forward  = E * (idx + src_in * isz)                    each edge: its index, its source's rows
+             + num_dst * (dst_in + out) * isz              destination inputs read, out written once
+             + param * isz
+             (+ num_dst * H * lsz                          lse written, when ``lse``)
+    backward = E * (2 * idx + (src_in + dst_in + out) * isz)
+                  a pass over rows gathers the source's rows (k and v; a_src and values; x_src),
+                  one over the transpose the destination's (q and grad_out; a_dst and grad_out;
+                  x_dst and grad_out), each pass reading the edge's index
+             + num_dst * (2 * dst_in + 2 * out) * isz + num_dst * H * lsz
+                  destination inputs, out, grad_out and lse read once, their gradient written once
+             + num_src * 2 * src_in * isz                  source inputs read once, gradients written once
+             + 2 * param * isz                             att read, grad_att written
+
+    A ``_backward`` case (forward + backward, the forward writing lse) is
+    ``forward(lse=True) + backward``. The transposed pass's per-edge reads of lse[dst] and
+    row_dot[dst] (H each) are left out, as are indptr, the plan and the transpose's permutation.
+    On a square graph the forward (without lse) is the registry's byte model
+    (:mod:`cupy_csrattn.ops.traffic`); the backward is less than that model, which counts a
+    gather per edge for each of the kernels' passes.
+
+    Parameters
+    ----------
+    graph : CSRGraph
+    op : str
+        One of :data:`FLOOR_OPS`.
+    dtype : numpy dtype
+    H, F : int
+        Heads and features (D = F).
+    lse : bool
+        A forward op only: count the lse written (the bench's forward cases do not ask for it).
+
+    Returns
+    -------
+    int
+    """
+    backward = op.endswith("_backward")
+    dst_in, src_in, param, out = _node_elements(op.removesuffix("_backward"), H, F)
+    E, num_dst, num_src = graph.num_edges, graph.num_dst, graph.num_src
+    idx, isz = graph.indices.itemsize, np.dtype(dtype).itemsize
+    lse_bytes = num_dst * H * _validate.result_dtypes(np.empty(0, dtype))[1].itemsize
+    forward = E * (idx + src_in * isz) + num_dst * (dst_in + out) * isz + param * isz
+    if not backward:
+        return forward + (lse_bytes if lse else 0)
+    gathers = E * (2 * idx + (src_in + dst_in + out) * isz)
+    nodes = num_dst * (2 * dst_in + 2 * out) * isz + lse_bytes + num_src * 2 * src_in * isz + 2 * param * isz
+    return forward + lse_bytes + gathers + nodes
+
+
+def backward_estimate(entry, records):
+    """For a ``_backward`` record (forward + backward timed together), the backward alone:
+    {"forward_ms", "backward_ms", "backward_over_forward"}, its time less that of the forward
+    record of the same graph, op, dtype, H, F and method among ``records`` (the same run); {}
+    where there is none. An estimate: the forward case passes ``out=`` and asks for no lse."""
+    forward_op = OPS[entry["op"]].forward
+    if forward_op is None:
+        return {}
+    same = ("graph", "dtype", "H", "F", "method")
+    for record in records:
+        if record["op"] == forward_op and all(record[key] == entry[key] for key in same):
+            backward_ms = entry["ms"] - record["ms"]
+            ratio = backward_ms / record["ms"] if record["ms"] > 0 else math.inf
+            return dict(forward_ms=record["ms"], backward_ms=backward_ms, backward_over_forward=ratio)
+    return {}
 
 
 def _input_sets(bench, op, dtype, H, F):

@@ -12,12 +12,23 @@ def case_key(record):
     return (record["graph"], record["op"], record["dtype"], record["H"], record["F"])
 
 
+def floor_text(record):
+    """A fused op record's fraction of the gather floor and, for a backward case, the backward
+    alone and its ratio to the forward ("" for other records)."""
+    if "gather_floor_fraction" not in record:
+        return ""
+    text = f"{record['gather_floor_fraction'] * 100:.1f}% of gather floor"
+    if "backward_ms" in record:
+        text += f"; backward {record['backward_ms']:.4f} ms = {record['backward_over_forward']:.2f}x forward"
+    return text
+
+
 def format_table(records, skipped=()):
     """The records as a text table, each baseline with its time relative to the library's."""
     library_ms = {case_key(r): r["ms"] for r in records if r["method"] == "csrattn"}
     header = (
         f"{'graph':<16} {'op':<29} {'dtype':<7} {'H':>3} {'F':>4} {'method':<14} "
-        f"{'ms':>10} {'roofline':>9} {'vs csrattn':>11}"
+        f"{'ms':>10} {'roofline':>9} {'vs csrattn':>11}  fused ops: gather floor"
     )
     lines = [header, "-" * len(header)]
     previous = None
@@ -31,7 +42,7 @@ def format_table(records, skipped=()):
         label = ("", "", "", "", "") if same else (r["graph"], r["op"], r["dtype"], r["H"], r["F"] or "-")
         lines.append(
             f"{label[0]:<16} {label[1]:<29} {label[2]:<7} {label[3]:>3} {label[4]:>4} {r['method']:<14} "
-            f"{r['ms']:10.4f} {r['roofline_fraction'] * 100:8.1f}% {ratio:>11}"
+            f"{r['ms']:10.4f} {r['roofline_fraction'] * 100:8.1f}% {ratio:>11}  {floor_text(r)}".rstrip()
         )
     for s in skipped:
         lines.append(
@@ -40,7 +51,9 @@ def format_table(records, skipped=()):
         )
     lines.append(
         "vs csrattn: the baseline's time over the library's (above 1: the library is faster); "
-        "roofline: the time of the byte count at the measured copy bandwidth, over the time"
+        "roofline: the time of the byte count at the measured copy bandwidth, over the time; "
+        "gather floor: the same for the no-reuse gather bytes, and for forward + backward cases "
+        "the backward alone (their time less the forward case's)"
     )
     return "\n".join(lines)
 

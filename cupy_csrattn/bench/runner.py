@@ -3,7 +3,9 @@
 Each time is the median of device-synchronized calls after warm-up, on fresh random data;
 inputs are rotated between several sets when they would fit in L2. A record holds the
 case, the method, its milliseconds, the op's byte count (its registry byte model: a
-no-reuse lower bound) and that count's time at the roofline bandwidth.
+no-reuse lower bound) and that count's time at the roofline bandwidth; a fused op's record
+also its gather floor at the same bandwidth, and a fused backward case's its backward-only
+time (see :mod:`cupy_csrattn.bench.fused`).
 """
 
 import gc
@@ -137,6 +139,12 @@ class GraphBench:
         """The method name of a plain array composition on this device."""
         return "cupy" if self.device.kind == "gpu" else "numpy"
 
+    def at_bandwidth(self, name, nbytes, ms):
+        """{name_ms, name_fraction}: the time of ``nbytes`` at the roofline bandwidth, and that
+        time over ``ms`` (the fraction of the bound reached)."""
+        bound_ms = nbytes / self.bandwidth * 1e3
+        return {f"{name}_ms": bound_ms, f"{name}_fraction": bound_ms / ms if ms > 0 else math.inf}
+
     def record(self, case, method, ms, nbytes, extra=None):
         graph = self.graph
         entry = dict(
@@ -150,9 +158,12 @@ class GraphBench:
             method=method,
             ms=ms,
             bytes=nbytes,
-            roofline_ms=nbytes / self.bandwidth * 1e3,
         )
-        entry["roofline_fraction"] = entry["roofline_ms"] / ms if ms > 0 else math.inf
+        entry.update(self.at_bandwidth("roofline", nbytes, ms))
+        if case.op in fused.FLOOR_OPS:
+            floor = fused.gather_floor_bytes(graph, case.op, case.dtype, case.H, case.F)
+            entry.update(gather_floor_bytes=floor, **self.at_bandwidth("gather_floor", floor, ms))
+            entry.update(fused.backward_estimate(entry, self.records))
         entry.update(extra or {})
         self.records.append(entry)
         if self.on_record is not None:
