@@ -287,3 +287,210 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
     if (pair >= num_pairs) return;
     row_dot[pair] = vector_dot(grad_out + pair * F, out + pair * F, F);
 }
+
+// ---- Head-span kernels: the fused ops' row passes with each node row gathered by the whole warp ----
+//
+// Lanes: S lanes per head (S = WARP / the power of two at or above H, from the launcher);
+// lane l serves head h = l / S (lanes with h >= H hold nothing but join every shuffle) at
+// position r = l % S, and owns elements [r * W, r * W + W) of its head's D elements (q, k)
+// and of its F elements (v, grad_out), W = VEC * NV, those past D or F masked. The item's
+// own node rows (its row of q, grad_out, k or v) stay in registers for the whole item; each
+// edge's node rows are gathered once, VEC elements per load, coalesced across the warp; a
+// dot product of two rows is each lane's W terms summed in order, then summed over the
+// head's S lanes by an xor butterfly (every lane gets the same, order-fixed sum). Two edges
+// are loaded before either is used, so each warp has two gathers in flight. Stages:
+//   forward  (rows)      online softmax of the scores, out = sum p * v[col] and the row lse
+//   grad     (rows)      ds = p * (<grad_out[row], v[col]> - row_dot[row]); grad_q (dot:
+//                        sum ds * scale * k[col]) or grad_a_dst (gat: sum ds * dscore)
+//   sources  (transpose) ds with p = exp(score - lse[col]), col a destination; grad_k (sum
+//                        ds * scale * q[col]) or grad_a_src (sum ds * dscore), and grad_v
+//                        (sum p * grad_out[col]), both in the one pass
+// Whole rows write their outputs; split rows write partials (forward: accumulators and
+// softmax states, merged by aggregate_merge_softmax; backward: sums, merged by
+// aggregate_merge_sum), in item order. No atomics, no shared memory. Bound: memory (the gathers).
+#define SPAN_FORWARD 0
+#define SPAN_GRAD 1
+#define SPAN_SOURCES 2
+
+// W elements of a lane's segment of node `node`'s row of head h (head width `width`):
+// VEC-element loads, zeros past the width and for lanes of no head.
+template <int VEC, int NV>
+__device__ __forceinline__ void span_load(const scalar_t* X, i64 node, int H, int h, int r, int width, bool on,
+                                          acc_t* x) {
+    constexpr int W = VEC * NV;
+    const scalar_t* p = X + (node * H + h) * width + r * W;
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+        if (on && r * W + v * VEC < width) {
+            load_vec<VEC>(p + v * VEC, x + v * VEC);
+        } else {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) x[v * VEC + i] = 0;
+        }
+    }
+}
+
+// Sum of x over the S lanes of each head (S a power of two), in every lane of the head.
+__device__ __forceinline__ acc_t span_sum(acc_t x, int S) {
+    for (int offset = S / 2; offset >= 1; offset /= 2) x += shfl_xor(x, offset);
+    return x;
+}
+
+template <int W>
+__device__ __forceinline__ acc_t segment_dot(const acc_t* a, const acc_t* b) {
+    acc_t sum = 0;
+#pragma unroll
+    for (int i = 0; i < W; ++i) sum += a[i] * b[i];
+    return sum;
+}
+
+// Stores W accumulators of a lane's segment at dst (whole rows, through store_scalar) or at
+// partial (split items, in the accumulation type), masked past the width.
+template <int W>
+__device__ __forceinline__ void span_store(const acc_t* acc, acc_t scale_by, bool on, int r, int width,
+                                           scalar_t* dst, acc_t* partial) {
+    if (!on) return;
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+        if (r * W + i >= width) break;
+        if (partial != 0) partial[r * W + i] = acc[i];
+        else store_scalar(dst + r * W + i, acc[i] * scale_by);
+    }
+}
+
+template <int STAGE, bool DOT, int VEC, int NV>
+__device__ __forceinline__ void attention_span(const i64* items, i64 num_items, i64 num_whole, int H, int S, int D,
+                                               int F, const idx_t* indices, const scalar_t* a, const scalar_t* b,
+                                               acc_t c, const scalar_t* v, const scalar_t* grad_out,
+                                               const lse_t* lse, const acc_t* row_dot, scalar_t* out1,
+                                               lse_t* lse_out, acc_t* partial1, SoftmaxState* partial_state,
+                                               scalar_t* out2, acc_t* partial2) {
+    constexpr int W = VEC * NV;
+    i64 index;
+    Item item;
+    if (!warp_item(items, 0, num_items, index, item)) return;
+    const int lane = lane_id();
+    const int h = lane / S, r = lane % S;
+    const bool on = h < H;
+    const i64 row = item.row;
+    const bool split = item.split >= 0;
+    const i64 slot = index - num_whole;
+
+    // The item's own rows: q[row] (forward, grad) or k[row] (sources), for the dot score;
+    // grad_out[row] (grad) or v[row] (sources), for <grad_out[dst], v[src]>.
+    acc_t own_d[W], own_f[W];
+    if (DOT) span_load<VEC, NV>(STAGE == SPAN_SOURCES ? b : a, row, H, h, r, D, on, own_d);
+    if (STAGE == SPAN_GRAD) span_load<VEC, NV>(grad_out, row, H, h, r, F, on, own_f);
+    if (STAGE == SPAN_SOURCES) span_load<VEC, NV>(v, row, H, h, r, F, on, own_f);
+    // gat: the row's own term of z (a_dst[row] over rows, a_src[row] over sources).
+    const acc_t own_term = !DOT && on ? load_scalar((STAGE == SPAN_SOURCES ? b : a) + row * H + h) : (acc_t)0;
+    const acc_t own_lse = STAGE == SPAN_GRAD && on ? lse[row * H + h] : (acc_t)0;
+    const acc_t own_row_dot = STAGE == SPAN_GRAD && on ? row_dot[row * H + h] : (acc_t)0;
+    // The gathered arrays: k or q (dot), v or grad_out, and gat's other term.
+    const scalar_t* gather_d = STAGE == SPAN_SOURCES ? a : b;
+    const scalar_t* gather_f = STAGE == SPAN_SOURCES ? grad_out : v;
+
+    acc_t acc_d[W], acc_f[W];  // grad_q or grad_k; out or grad_v
+#pragma unroll
+    for (int i = 0; i < W; ++i) acc_d[i] = acc_f[i] = 0;
+    acc_t acc_s = 0;  // gat: grad_a_dst or grad_a_src
+    SoftmaxState state = empty_state();
+
+    for (i64 e = item.begin; e < item.end; e += 2) {
+        const bool two = e + 1 < item.end;  // the same in every lane
+        i64 cols[2];
+        cols[0] = indices[e];
+        cols[1] = two ? (i64)indices[e + 1] : cols[0];
+        acc_t xd[2][W], xf[2][W], terms[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            if (DOT) span_load<VEC, NV>(gather_d, cols[u], H, h, r, D, on, xd[u]);
+            span_load<VEC, NV>(gather_f, cols[u], H, h, r, F, on, xf[u]);
+            terms[u] = !DOT && on ? load_scalar((STAGE == SPAN_SOURCES ? a : b) + cols[u] * H + h) : (acc_t)0;
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            if (u == 1 && !two) break;
+            acc_t score, dscore;
+            if (DOT) {
+                score = c * span_sum(segment_dot<W>(own_d, xd[u]), S);
+                dscore = c;
+            } else {
+                acc_t z = own_term + terms[u];
+                score = z > 0 ? z : c * z;
+                dscore = z > 0 ? (acc_t)1 : c;
+            }
+            if (STAGE == SPAN_FORWARD) {
+                SoftmaxState next = add_score(state, score);
+                acc_t p = score == neg_inf() ? (acc_t)0 : rescale(score, next.m);
+                acc_t factor = rescale(state.m, next.m);
+#pragma unroll
+                for (int i = 0; i < W; ++i) acc_f[i] = acc_f[i] * factor + p * xf[u][i];
+                state = next;
+            } else {
+                const i64 dst = STAGE == SPAN_GRAD ? row : cols[u];
+                acc_t dst_lse = STAGE == SPAN_GRAD ? own_lse : (on ? lse[dst * H + h] : (acc_t)0);
+                acc_t dst_row_dot = STAGE == SPAN_GRAD ? own_row_dot : (on ? row_dot[dst * H + h] : (acc_t)0);
+                acc_t p = prob_from_lse(score, dst_lse);
+                acc_t dp = span_sum(segment_dot<W>(own_f, xf[u]), S);
+                acc_t w1 = dscore * (p * (dp - dst_row_dot));
+                if (DOT) {
+#pragma unroll
+                    for (int i = 0; i < W; ++i) acc_d[i] += w1 * xd[u][i];
+                } else {
+                    acc_s += w1;
+                }
+                if (STAGE == SPAN_SOURCES) {
+#pragma unroll
+                    for (int i = 0; i < W; ++i) acc_f[i] += p * xf[u][i];
+                }
+            }
+        }
+    }
+
+    const int HD = H * D, HF = H * F;
+    if (STAGE == SPAN_FORWARD) {
+        acc_t inverse = state.l == 0 ? (acc_t)0 : (acc_t)1 / state.l;
+        span_store<W>(acc_f, inverse, on, r, F, out1 + row * HF + h * F, split ? partial1 + slot * HF + h * F : 0);
+        if (on && r == 0) {
+            if (split) partial_state[slot * H + h] = state;
+            else if (lse_out != 0) lse_out[row * H + h] = state_lse(state);
+        }
+        return;
+    }
+    if (DOT) {
+        span_store<W>(acc_d, 1, on, r, D, out1 + row * HD + h * D, split ? partial1 + slot * HD + h * D : 0);
+    } else if (on && r == 0) {
+        if (split) partial1[slot * H + h] = acc_s;
+        else store_scalar(out1 + row * H + h, acc_s);
+    }
+    if (STAGE == SPAN_SOURCES) {
+        span_store<W>(acc_f, 1, on, r, F, out2 + row * HF + h * F, split ? partial2 + slot * HF + h * F : 0);
+    }
+}
+
+#define SPAN_ARGS                                                                                               \
+    const i64 *items, i64 num_items, i64 num_whole, int H, int S, int D, int F, const idx_t *indices,          \
+        const scalar_t *a, const scalar_t *b, acc_t c, const scalar_t *v, const scalar_t *grad_out,            \
+        const lse_t *lse, const acc_t *row_dot, scalar_t *out1, lse_t *lse_out, acc_t *partial1,               \
+        SoftmaxState *partial_state, scalar_t *out2, acc_t *partial2
+#define SPAN_PASS                                                                                                \
+    items, num_items, num_whole, H, S, D, F, indices, a, b, c, v, grad_out, lse, row_dot, out1, lse_out, partial1, \
+        partial_state, out2, partial2
+#define SPAN_ENTRY_POINT(NAME, STAGE, DOT, VEC, NV)                                     \
+    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS) NAME(SPAN_ARGS) {      \
+        attention_span<STAGE, DOT, VEC, NV>(SPAN_PASS);                                  \
+    }
+#define SPAN_ENTRY_POINTS(PREFIX, STAGE, DOT)                  \
+    SPAN_ENTRY_POINT(PREFIX##_span1x1, STAGE, DOT, 1, 1)       \
+    SPAN_ENTRY_POINT(PREFIX##_span1x2, STAGE, DOT, 1, 2)       \
+    SPAN_ENTRY_POINT(PREFIX##_span1x4, STAGE, DOT, 1, 4)       \
+    SPAN_ENTRY_POINT(PREFIX##_span4x1, STAGE, DOT, 4, 1)       \
+    SPAN_ENTRY_POINT(PREFIX##_span4x2, STAGE, DOT, 4, 2)       \
+    SPAN_ENTRY_POINT(PREFIX##_span4x4, STAGE, DOT, 4, 4)
+SPAN_ENTRY_POINTS(attention_dot_forward, SPAN_FORWARD, true)
+SPAN_ENTRY_POINTS(attention_dot_grad, SPAN_GRAD, true)
+SPAN_ENTRY_POINTS(attention_dot_sources, SPAN_SOURCES, true)
+SPAN_ENTRY_POINTS(attention_gat_forward, SPAN_FORWARD, false)
+SPAN_ENTRY_POINTS(attention_gat_grad, SPAN_GRAD, false)
+SPAN_ENTRY_POINTS(attention_gat_sources, SPAN_SOURCES, false)

@@ -65,7 +65,79 @@ def _score_args(a, b, c, lse=None, grad_out=None, v=None, row_dot=None):
     )
 
 
+# The stages that run on the head-span kernels where their shape allows.
+SPAN_STAGES = {"forward", "grad", "sources"}
+
+
+def _span_shape(heads, depth, features, arrays):
+    """(S, VEC, NV) of the head-span kernels (attention.cu) for node rows of ``depth`` (q, k;
+    0 for "gat") and ``features`` (v, grad_out) elements per head, or None where they do not
+    apply: more heads than lanes, or rows wider than S * VEC * NV with NV <= 4."""
+    if heads > MAX_BATCHED_HEADS:
+        return None
+    lanes = WARP // (1 << (heads - 1).bit_length())  # S: lanes per head
+    vec = 4 if vector_width(math.gcd(depth, features), *arrays) == 4 else 1
+    for nv in (1, 2, 4):
+        if lanes * vec * nv >= max(depth, features):
+            return lanes, vec, nv
+    return None
+
+
+def _run_span(stage, score, graph, a, b, c, v, out1, lse_out=None, grad_out=None, lse=None, row_dot=None, out2=None):
+    """One head-span kernel over the graph's fused plan (split rows merged after); False,
+    with nothing done, where the shape does not fit them."""
+    if stage not in SPAN_STAGES:
+        return False
+    heads, features = v.shape[1], v.shape[2]
+    depth = a.shape[2] if a.ndim == 3 else 0
+    shape = _span_shape(heads, depth, features, [x for x in (a, b, v, grad_out) if x is not None and x.ndim == 3])
+    if shape is None:
+        return False
+    lanes, vec, nv = shape
+    plan = plans.plan_for(graph, fused=True)
+    state_dtype = accumulation_dtype(v.dtype)
+    split_items = plan.num_split_items
+    width1 = out1.shape[2] if out1.ndim == 3 else 1
+    partial1 = scratch((split_items, heads * width1), state_dtype) if split_items else None
+    partial_state = scratch((split_items, heads, 2), state_dtype) if split_items and stage == "forward" else None
+    partial2 = scratch((split_items, heads * features), state_dtype) if split_items and out2 is not None else None
+    launch(
+        f"attention_{score}_{stage}_span{vec}x{nv}",
+        v.dtype,
+        graph.index_dtype,
+        warp_grid(plan.num_items),
+        items=plan.items,
+        num_items=plan.num_items,
+        num_whole=plan.num_whole,
+        H=heads,
+        S=lanes,
+        D=depth,
+        F=features,
+        indices=graph.indices,
+        a=a,
+        b=b,
+        c=c,
+        v=v,
+        grad_out=grad_out,
+        lse=lse,
+        row_dot=row_dot,
+        out1=out1,
+        lse_out=lse_out,
+        partial1=partial1,
+        partial_state=partial_state,
+        out2=out2,
+        partial2=partial2,
+    )
+    out1_rows = out1 if out1.ndim == 3 else out1.reshape(out1.shape[0], heads, 1)
+    merge_split_rows(graph, plan, out1_rows, partial1, partial_state, lse_out, softmax=stage == "forward")
+    if out2 is not None:
+        merge_split_rows(graph, plan, out2, partial2)
+    return True
+
+
 def _fused_forward(score, graph, a, b, c, values, out, lse):
+    if _run_span("forward", score, graph, a, b, c, values, out, lse_out=lse):
+        return
     run_row_kernels(
         f"attention_{score}_forward", graph, values, out, _score_args(a, b, c), softmax=True, lse_out=lse, fused=True
     )
@@ -101,10 +173,14 @@ def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b
     (k and q for "dot"; None, ones, for "gat"), grad_v over sources with values grad_out."""
     row_dot = row_dots(graph, grad_out, out)
     grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
-    if b_values is None:
-        b_values = unit_values(graph, grad_a.shape[1], grad_a.dtype)[: graph.num_dst]
-    run_row_kernels(f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
+    backward = dict(grad_out=grad_out, lse=lse, row_dot=row_dot)
+    if not _run_span("grad", score, graph, a, b, c, v, grad_a, **backward):
+        if b_values is None:
+            b_values = unit_values(graph, grad_a.shape[1], grad_a.dtype)[: graph.num_dst]
+        run_row_kernels(f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
     graph_t, _ = graph.transpose()
+    if _run_span("sources", score, graph_t, a, b, c, v, grad_b, out2=grad_v, **backward):
+        return
     if _source_sums(score, graph_t, a_values, grad_b, grad_v, grad_args):
         return
     if a_values is None:
