@@ -1,26 +1,27 @@
 // Fused attention: graph_attention (scores scale * <q[dst], k[src]>) and gat_attention
-// (scores leaky_relu(a_dst[dst] + a_src[src])), forward and backward, on the row kernels
-// of aggregate.cuh. Scores are computed where they are used and never stored: the forward
-// is one online-softmax pass per row that writes out and the row lse; the backward
-// recomputes each weight p = exp(score - lse[dst]) and, with
-// ds = p * (<grad_out[dst], v[src]> - row_dot[dst]) and row_dot = <grad_out, out> per row
-// and head, sums
-//   attention_*_grad_*     over each row (the CSR graph):         ds * dscore * X[src]  (grad_q, grad_a_dst)
-//   attention_*_sources_*  over each source (the transposed graph), both at once:
-//                            ds * dscore * X[dst] (grad_k, grad_a_src) and p * grad_out[dst] (grad_v)
-// so the backward gathers each edge's node rows in two passes: k[src] and v[src] over the
-// rows, q[dst] and grad_out[dst] over the sources. Where the sources kernel does not apply
-// (more than 32 heads, or more features per node than a warp holds), the source sums run
-// as two row kernels of aggregate.cuh instead:
-//   attention_*_grad_t_*   over each source: ds * dscore * X[dst]
-//   attention_*_probs_t_*  over each source: p * grad_out[dst]
+// (scores leaky_relu(a_dst[dst] + a_src[src])), forward and backward. Scores are computed
+// where they are used and never stored: the forward is one online-softmax pass per row that
+// writes out and the row lse; the backward recomputes each weight p = exp(score - lse[dst])
+// and, with ds = p * (<grad_out[dst], v[src]> - row_dot[dst]) and row_dot = <grad_out, out>
+// per row and head (attention_row_dot), sums
+//   over each row (the CSR graph):           ds * dscore * k[src] or ds * dscore  (grad_q, grad_a_dst)
+//   over each source (the transposed graph): ds * dscore * q[dst] or ds * dscore  (grad_k, grad_a_src)
+//                                            and p * grad_out[dst]                (grad_v)
 // where dscore is the derivative of the score in the op's own input (scale, or the slope
 // of leaky_relu at a_dst + a_src). On the transposed graph a row is a source node and a
 // column a destination node. Every sum runs in a fixed order: no atomics, reproducible.
 //
-// Threads, memory and bounds: the row kernels of aggregate.cuh (one warp per plan item; the
-// plan splits rows sooner here, see gpu/plan.py), with scores computed in the weight lanes.
-// All row kernels take the same trailing parameters (ATTENTION_ARGS), unused ones null:
+// Two sets of kernels:
+//   the head-span kernels (attention_*_{forward,grad,sources}_span*, at the end of this
+//     file), used where H <= 32 and a head's row fits its lanes: the whole warp gathers each
+//     edge's node rows once, so the backward reads each edge's rows in two passes (k[src]
+//     and v[src] over the rows, q[dst] and grad_out[dst] over the sources);
+//   the row kernels of aggregate.cuh (attention_*_{forward,grad,grad_t,probs_t}_*), for any
+//     shape, with the scores computed in the weight lanes; over the sources they take two
+//     passes, grad_t (ds * dscore * X[dst]) and probs_t (p * grad_out[dst]).
+// Both run over the fused plan (one warp per item; the plan splits rows sooner here, see
+// gpu/plan.py). All row kernels take the same trailing parameters (ATTENTION_ARGS),
+// unused ones null:
 //   a, b      q and k (each (N, H, D)) or a_dst and a_src (each (N, H))
 //   c         scale, or the negative slope
 //   lse       (num_dst, H) forward log-sum-exp (backward only)
@@ -140,144 +141,6 @@ AGGREGATE_ROWS_ENTRY_POINTS(attention_gat_forward, ATTENTION_ARGS, GAT_FORWARD)
 AGGREGATE_ROWS_ENTRY_POINTS(attention_gat_probs_t, ATTENTION_ARGS, GAT_PROBS_T)
 AGGREGATE_ROWS_ENTRY_POINTS(attention_gat_grad, ATTENTION_ARGS, GAT_GRAD)
 AGGREGATE_ROWS_ENTRY_POINTS(attention_gat_grad_t, ATTENTION_ARGS, GAT_GRAD_T)
-
-// Both source sums of one (edge, head) in the transposed graph (row = src, col = dst):
-// w1 = dscore * ds, the weight of X1[dst] in grad_k (or of 1 in grad_a_src), and w2 = p,
-// the weight of grad_out[dst] in grad_v.
-template <class S>
-struct FusedSourceWeights {
-    S score;
-    const lse_t* lse;
-    const scalar_t* grad_out;
-    const scalar_t* v;
-    const acc_t* row_dot;
-    int H;
-    int Fv;
-    __device__ void operator()(i64 src, i64 dst, int head, acc_t& w1, acc_t& w2) const {
-        acc_t dscore;
-        acc_t p = prob_from_lse(score(dst, src, head, &dscore), lse[dst * H + head]);
-        acc_t dp = vector_dot(grad_out + (dst * H + head) * Fv, v + (src * H + head) * Fv, Fv);
-        w1 = dscore * p * (dp - row_dot[dst * H + head]);
-        w2 = p;
-    }
-};
-
-// SOURCES_ACC (from the preamble, gpu/kernels.py): vectors per lane; the launcher uses this
-// kernel only where H * (F1 + Fv) <= WARP * VEC * SOURCES_ACC.
-#ifndef SOURCES_ACC
-#error "the preamble must define SOURCES_ACC (see gpu/kernels.py)"
-#endif
-
-// One warp per plan item of the transposed graph, H <= 32, as the batched path of
-// aggregate.cuh: a batch of B = 32 / H edges at a time, lane k * H + h computing (w1, w2)
-// of edge k and head h once; then the lanes gather VEC-wide slices of the concatenated
-// features of each edge's destination, X1[dst] (H * F1) followed by grad_out[dst] (H * Fv),
-// and accumulate each with its weight. With ones set (gat: grad_a_src = sum of w1; X1 is
-// not read, F1 = 1) lane h sums head h's w1 instead. Whole rows write out1 and out2; split rows write their
-// partials (partial1, partial2), merged by aggregate_merge_sum in item order. Every sum runs
-// over the edges in order. No shared memory. Bound: memory (the gathers of the destination rows).
-template <class S, int VEC>
-__device__ __forceinline__ void attention_sources(const i64* items, i64 num_items, i64 num_whole, int H,
-                                                  const idx_t* indices, const FusedSourceWeights<S>& w,
-                                                  int ones, const scalar_t* X1, int F1, scalar_t* out1, acc_t* partial1,
-                                                  scalar_t* out2, acc_t* partial2) {
-    i64 index;
-    Item item;
-    if (!warp_item(items, 0, num_items, index, item)) return;
-    const int lane = lane_id();
-    const HeadLanes lanes = head_lanes(H);
-    const int B = lanes.R;
-    const bool weight_lane = lane < B * H;
-    const int HF1 = ones ? 0 : H * F1;  // gathered features of X1
-    const int HF2 = H * w.Fv;
-    const scalar_t* X2 = w.grad_out;
-
-    acc_t acc[SOURCES_ACC][VEC];
-    int head[SOURCES_ACC];
-    int offset[SOURCES_ACC];  // within the node row of X1 or of X2
-    bool valid[SOURCES_ACC], second[SOURCES_ACC];
-#pragma unroll
-    for (int t = 0; t < SOURCES_ACC; ++t) {
-        int j = (lane + WARP * t) * VEC;
-        valid[t] = j < HF1 + HF2;
-        second[t] = j >= HF1;
-        offset[t] = second[t] ? j - HF1 : j;
-        head[t] = !valid[t] ? 0 : (second[t] ? offset[t] / w.Fv : offset[t] / F1);
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[t][v] = 0;
-    }
-    // The tiles t < used hold features; the others are skipped by the whole warp.
-    const int used = (HF1 + HF2 + WARP * VEC - 1) / (WARP * VEC);
-    acc_t ones_sum = 0;  // ones: lane h < H sums head h's w1
-    for (i64 e0 = item.begin; e0 < item.end; e0 += B) {
-        int batch = (int)min((i64)B, item.end - e0);
-        i64 my_col = 0;
-        acc_t my_w1 = 0, my_w2 = 0;
-        if (weight_lane && lanes.k < batch) {
-            my_col = indices[e0 + lanes.k];
-            w(item.row, my_col, lanes.h, my_w1, my_w2);
-        }
-#pragma unroll 2
-        for (int k = 0; k < batch; ++k) {
-            i64 col = __shfl_sync(FULL_MASK, my_col, k * H);
-            acc_t head_w1 = __shfl_sync(FULL_MASK, my_w1, k * H + lane % H);
-            if (ones) ones_sum += head_w1;
-#pragma unroll
-            for (int t = 0; t < SOURCES_ACC; ++t) {
-                if (t >= used) break;
-                acc_t w1 = __shfl_sync(FULL_MASK, my_w1, k * H + head[t]);
-                acc_t w2 = __shfl_sync(FULL_MASK, my_w2, k * H + head[t]);
-                if (!valid[t]) continue;
-                acc_t x[VEC];
-                load_vec<VEC>(second[t] ? X2 + col * HF2 + offset[t] : X1 + col * HF1 + offset[t], x);
-                acc_t weight = second[t] ? w2 : w1;
-#pragma unroll
-                for (int v = 0; v < VEC; ++v) acc[t][v] += weight * x[v];
-            }
-        }
-    }
-    const bool split = item.split >= 0;
-    const i64 slot = index - num_whole;
-    const int out1_width = ones ? H : HF1;
-    if (ones && lane < H) {
-        if (split) partial1[slot * out1_width + lane] = ones_sum;
-        else store_scalar(out1 + item.row * out1_width + lane, ones_sum);
-    }
-#pragma unroll
-    for (int t = 0; t < SOURCES_ACC; ++t) {
-        if (!valid[t]) continue;
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) {
-            int j = offset[t] + v;
-            if (second[t]) {
-                if (split) partial2[slot * HF2 + j] = acc[t][v];
-                else store_scalar(out2 + item.row * HF2 + j, acc[t][v]);
-            } else {
-                if (split) partial1[slot * HF1 + j] = acc[t][v];
-                else store_scalar(out1 + item.row * HF1 + j, acc[t][v]);
-            }
-        }
-    }
-}
-
-#define SOURCES_ARGS                                                                                       \
-    const i64 *items, i64 num_items, i64 num_whole, int H, const idx_t *indices, int ones, const scalar_t *X1, int F1, \
-        scalar_t *out1, acc_t *partial1, scalar_t *out2, acc_t *partial2 ATTENTION_ARGS
-#define SOURCES_PASS(SCORE) \
-    items, num_items, num_whole, H, indices, FusedSourceWeights<decltype(SCORE)>{SCORE, lse, grad_out, v, row_dot, H, Fv}, \
-        ones, X1, F1, out1, partial1, out2, partial2
-#define SOURCES_ENTRY_POINTS(PREFIX, SCORE)                                                                    \
-    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS) PREFIX##_v1(SOURCES_ARGS) {                 \
-        attention_sources<decltype(SCORE), 1>(SOURCES_PASS(SCORE));                                          \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS) PREFIX##_v2(SOURCES_ARGS) {                 \
-        attention_sources<decltype(SCORE), 2>(SOURCES_PASS(SCORE));                                          \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS) PREFIX##_v4(SOURCES_ARGS) {                 \
-        attention_sources<decltype(SCORE), 4>(SOURCES_PASS(SCORE));                                          \
-    }
-SOURCES_ENTRY_POINTS(attention_dot_sources, DOT_SCORE)
-SOURCES_ENTRY_POINTS(attention_gat_sources, GAT_SCORE)
 
 // row_dot[n, h] = <grad_out[n, h, :], out[n, h, :]>: one thread per (node, head), pairs in
 // order across the grid, no shared memory. Bound: memory (reads both (N, H, F) arrays once).

@@ -13,7 +13,6 @@ from cupy_csrattn.gpu.aggregate import aggregate, merge_split_rows, run_row_kern
 from cupy_csrattn.gpu.derived import unit_values
 from cupy_csrattn.gpu.kernels import (
     MAX_BATCHED_HEADS,
-    SOURCES_ACC,
     WARP,
     launch,
     scratch,
@@ -168,69 +167,27 @@ def gat_attention(graph, a_dst, a_src, values, negative_slope, out, lse):
     _fused_forward("gat", graph, a_dst, a_src, negative_slope, values, out, lse)
 
 
-def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b, grad_v, a_values, b_values):
-    """grad_a sums over rows with values b_values, grad_b over sources with values a_values
-    (k and q for "dot"; None, ones, for "gat"), grad_v over sources with values grad_out."""
+def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b, grad_v):
+    """grad_a (sums over the rows), grad_b and grad_v (sums over the sources): on the
+    head-span kernels where they apply, else on the row kernels, whose sums of ds * dscore
+    gather b (k) over the rows and a (q) over the sources for "dot", and ones for "gat"."""
     row_dot = row_dots(graph, grad_out, out)
-    grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
     backward = dict(grad_out=grad_out, lse=lse, row_dot=row_dot)
+    grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
+    heads = grad_v.shape[1]
     if not _run_span("grad", score, graph, a, b, c, v, grad_a, **backward):
-        if b_values is None:
-            b_values = unit_values(graph, grad_a.shape[1], grad_a.dtype)[: graph.num_dst]
+        b_values = b if score == "dot" else unit_values(graph, heads, v.dtype)[: graph.num_src]
         run_row_kernels(f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
     graph_t, _ = graph.transpose()
-    if _run_span("sources", score, graph_t, a, b, c, v, grad_b, out2=grad_v, **backward):
-        return
-    if _source_sums(score, graph_t, a_values, grad_b, grad_v, grad_args):
-        return
-    if a_values is None:
-        a_values = unit_values(graph, grad_b.shape[1], grad_b.dtype)[: graph.num_src]
-    run_row_kernels(f"attention_{score}_grad_t", graph_t, a_values, grad_b, grad_args, fused=True)
-    run_row_kernels(f"attention_{score}_probs_t", graph_t, grad_out, grad_v, _score_args(a, b, c, lse=lse), fused=True)
-
-
-def _source_sums(score, graph_t, a_values, grad_b, grad_v, grad_args):
-    """grad_b and grad_v in one pass over the transposed graph (attention_*_sources), which
-    gathers each edge's q[dst] (a_values; None: ones) and grad_out[dst] once; False where
-    the kernel does not apply (more heads than a warp's lanes, more features per node than
-    its accumulators hold), and nothing is done."""
-    heads, f1, fv = grad_v.shape[1], grad_b.shape[2], grad_v.shape[2]
-    gathered = [grad_args["grad_out"]] + ([] if a_values is None else [a_values])
-    width = vector_width(math.gcd(fv, 0 if a_values is None else f1), *gathered)
-    features = heads * (fv + (0 if a_values is None else f1))
-    if heads > MAX_BATCHED_HEADS or features > WARP * width * SOURCES_ACC:
-        return False
-    plan = plans.plan_for(graph_t, fused=True)
-    state_dtype = accumulation_dtype(grad_v.dtype)
-    split_items = plan.num_split_items
-    partial1 = scratch((split_items, heads * f1), state_dtype) if split_items else None
-    partial2 = scratch((split_items, heads * fv), state_dtype) if split_items else None
-    launch(
-        f"attention_{score}_sources_v{width}",
-        grad_v.dtype,
-        graph_t.index_dtype,
-        warp_grid(plan.num_items),
-        items=plan.items,
-        num_items=plan.num_items,
-        num_whole=plan.num_whole,
-        H=heads,
-        indices=graph_t.indices,
-        ones=int(a_values is None),
-        X1=a_values,
-        F1=f1,
-        out1=grad_b,
-        partial1=partial1,
-        out2=grad_v,
-        partial2=partial2,
-        **grad_args,
-    )
-    merge_split_rows(graph_t, plan, grad_b, partial1)
-    merge_split_rows(graph_t, plan, grad_v, partial2)
-    return True
+    if not _run_span("sources", score, graph_t, a, b, c, v, grad_b, out2=grad_v, **backward):
+        a_values = a if score == "dot" else unit_values(graph, heads, v.dtype)[: graph.num_dst]
+        run_row_kernels(f"attention_{score}_grad_t", graph_t, a_values, grad_b, grad_args, fused=True)
+        probs_args = _score_args(a, b, c, lse=lse)
+        run_row_kernels(f"attention_{score}_probs_t", graph_t, grad_out, grad_v, probs_args, fused=True)
 
 
 def graph_attention_backward(graph, q, k, v, out, grad_out, lse, scale, grad_q, grad_k, grad_v):
-    _fused_backward("dot", graph, q, k, scale, v, out, grad_out, lse, grad_q, grad_k, grad_v, q, k)
+    _fused_backward("dot", graph, q, k, scale, v, out, grad_out, lse, grad_q, grad_k, grad_v)
 
 
 def gat_attention_backward(
@@ -250,6 +207,4 @@ def gat_attention_backward(
         grad_a_dst.reshape(graph.num_dst, heads, 1),
         grad_a_src.reshape(graph.num_src, heads, 1),
         grad_values,
-        None,
-        None,
     )

@@ -18,12 +18,11 @@ from cupy_csrattn import backend
 from cupy_csrattn.gpu import replay
 from cupy_csrattn.gpu.signatures import SIGNATURES, families
 
-# Launch constants, defined here only; the preamble hands BLOCK_WARPS and SOURCES_ACC to the .cu files.
+# Launch constants, defined here only; the preamble hands BLOCK_WARPS to the .cu files.
 WARP = 32
 BLOCK_WARPS = 8  # warps per block of every kernel
 BLOCK_THREADS = BLOCK_WARPS * WARP
 MAX_BATCHED_HEADS = WARP  # the batched row and softmax-group kernels hold up to one head per lane
-SOURCES_ACC = 4  # vectors per lane of attention_*_sources: it runs where H * features <= WARP * VEC * SOURCES_ACC
 
 NULL = np.uint64(0)  # a null pointer argument
 
@@ -86,7 +85,7 @@ def source(family, dtype, index_dtype):
     dtype, index_dtype = np.dtype(dtype), np.dtype(index_dtype)
     preamble = (
         f"#define CSR_DTYPE {DTYPE_CODES[dtype]}\n#define CSR_IDX {INDEX_TYPES[index_dtype]}\n"
-        f"#define BLOCK_WARPS {BLOCK_WARPS}\n#define SOURCES_ACC {SOURCES_ACC}\n"
+        f"#define BLOCK_WARPS {BLOCK_WARPS}\n"
     )
     common = (_kernel_dir() / "common.cuh").read_text()
     body = _INCLUDE.sub(

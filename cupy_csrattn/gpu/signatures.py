@@ -127,16 +127,6 @@ ATTENTION_STAGES = ("forward", "probs_t", "grad", "grad_t")
 for _score in ATTENTION_SCORES:
     for _stage in ATTENTION_STAGES:
         _declare_rows("attention", f"attention_{_score}_{_stage}", _ATTENTION)
-# Both source sums of the fused backward in one pass (ones: X1 is ones, not read: sums of the weight itself).
-for _score in ATTENTION_SCORES:
-    _declare(
-        "attention",
-        [f"attention_{_score}_sources_{variant}" for variant in ("v1", "v2", "v4")],
-        _params(
-            "const i64* items, i64 num_items, i64 num_whole, int H, const idx_t* indices, int ones, const scalar_t* X1?, "
-            "int F1, scalar_t* out1, acc_t* partial1?, scalar_t* out2, acc_t* partial2?, " + _ATTENTION
-        ),
-    )
 # The head-span kernels (VEC-element loads, NV vectors per lane) of each score and stage.
 SPAN_SHAPES = ((1, 1), (1, 2), (1, 4), (4, 1), (4, 2), (4, 4))
 SPAN_STAGES = ("forward", "grad", "sources")
