@@ -160,10 +160,11 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
 // own node rows (its row of q, grad_out, k or v) stay in registers for the whole item; each
 // edge's node rows are gathered once, VEC elements per load, coalesced across the warp; a
 // dot product of two rows is each lane's W terms summed in order, then summed over the
-// head's S lanes by an xor butterfly (every lane gets the same, order-fixed sum). Two edges
-// are loaded before either is used, so each warp has two gathers in flight. Stages:
+// head's S lanes by an xor butterfly (every lane gets the same, order-fixed sum). SPAN_EDGES
+// edges are loaded before any is used, so each warp has that many gathers in flight. Stages:
 //   forward  (rows)      online softmax of the scores, out = sum p * v[col] and the row lse
-//   grad     (rows)      ds = p * (<grad_out[row], v[col]> - row_dot[row]); grad_q (dot:
+//   grad     (rows)      row_dot[row] = <grad_out[row], out[row]> (stored for the sources),
+//                        ds = p * (<grad_out[row], v[col]> - row_dot[row]); grad_q (dot:
 //                        sum ds * scale * k[col]) or grad_a_dst (gat: sum ds * dscore)
 //   sources  (transpose) ds with p = exp(score - lse[col]), col a destination; grad_k (sum
 //                        ds * scale * q[col]) or grad_a_src (sum ds * dscore), and grad_v
@@ -225,10 +226,14 @@ template <int STAGE, bool DOT, int VEC, int NV>
 __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, i64 num_whole, int H, int S, int D,
                                                int F, const idx_t* indices, const scalar_t* a, const scalar_t* b,
                                                acc_t c, const scalar_t* v, const scalar_t* grad_out,
-                                               const lse_t* lse, const acc_t* row_dot, scalar_t* out1,
+                                               const lse_t* lse, const scalar_t* fwd_out, acc_t* row_dot,
+                                               scalar_t* out1,
                                                lse_t* lse_out, acc_t* partial1, SoftmaxState* partial_state,
                                                scalar_t* out2, acc_t* partial2) {
     constexpr int W = VEC * NV;
+    // Edges in flight per warp: four in the backward where segments are short, else two (the
+    // forward reaches its gather floor with two; more would cost occupancy or spill registers).
+    constexpr int SPAN_EDGES = STAGE != SPAN_FORWARD && W <= 4 ? 4 : 2;
     i64 index;
     Item item;
     if (!warp_item(items, 0, num_items, index, item)) return;
@@ -248,7 +253,15 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
     // gat: the row's own term of z (a_dst[row] over rows, a_src[row] over sources).
     const acc_t own_term = !DOT && on ? load_scalar((STAGE == SPAN_SOURCES ? b : a) + row * H + h) : (acc_t)0;
     const acc_t own_lse = STAGE == SPAN_GRAD && on ? lse[row * H + h] : (acc_t)0;
-    const acc_t own_row_dot = STAGE == SPAN_GRAD && on ? row_dot[row * H + h] : (acc_t)0;
+    // The row pass computes row_dot = <grad_out[row], out[row]> itself and stores it for the
+    // source pass (every item of a split row stores the same value).
+    acc_t own_row_dot = 0;
+    if (STAGE == SPAN_GRAD) {
+        acc_t own_out[W];
+        span_load<VEC, NV>(fwd_out, row, H, h, r, F, on, own_out);
+        own_row_dot = span_sum(segment_dot<W>(own_f, own_out), S);
+        if (on && r == 0) row_dot[row * H + h] = own_row_dot;
+    }
     // The gathered arrays: k or q (dot), v or grad_out, and gat's other term.
     const scalar_t* gather_d = STAGE == SPAN_SOURCES ? a : b;
     const scalar_t* gather_f = STAGE == SPAN_SOURCES ? grad_out : v;
@@ -259,21 +272,29 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
     acc_t acc_s = 0;  // gat: grad_a_dst or grad_a_src
     SoftmaxState state = empty_state();
 
-    for (i64 e = item.begin; e < item.end; e += 2) {
-        const bool two = e + 1 < item.end;  // the same in every lane
-        i64 cols[2];
-        cols[0] = indices[e];
-        cols[1] = two ? (i64)indices[e + 1] : cols[0];
-        acc_t xd[2][W], xf[2][W], terms[2];
+    for (i64 e = item.begin; e < item.end; e += SPAN_EDGES) {
+        const int count = (int)min((i64)SPAN_EDGES, item.end - e);  // the same in every lane
+        i64 cols[SPAN_EDGES];
+        acc_t xd[SPAN_EDGES][W], xf[SPAN_EDGES][W], terms[SPAN_EDGES], dst_lse[SPAN_EDGES], dst_row_dot[SPAN_EDGES];
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
+        for (int u = 0; u < SPAN_EDGES; ++u) {
+            if (u >= count) break;
+            cols[u] = indices[e + u];
+        }
+#pragma unroll
+        for (int u = 0; u < SPAN_EDGES; ++u) {
+            if (u >= count) break;
             if (DOT) span_load<VEC, NV>(gather_d, cols[u], H, h, r, D, on, xd[u]);
             span_load<VEC, NV>(gather_f, cols[u], H, h, r, F, on, xf[u]);
             terms[u] = !DOT && on ? load_scalar((STAGE == SPAN_SOURCES ? a : b) + cols[u] * H + h) : (acc_t)0;
+            if (STAGE == SPAN_SOURCES) {  // the destination's row terms, loaded with its rows
+                dst_lse[u] = on ? lse[cols[u] * H + h] : (acc_t)0;
+                dst_row_dot[u] = on ? row_dot[cols[u] * H + h] : (acc_t)0;
+            }
         }
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-            if (u == 1 && !two) break;
+        for (int u = 0; u < SPAN_EDGES; ++u) {
+            if (u >= count) break;
             acc_t score, dscore;
             if (DOT) {
                 score = c * span_sum(segment_dot<W>(own_d, xd[u]), S);
@@ -291,12 +312,9 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
                 for (int i = 0; i < W; ++i) acc_f[i] = acc_f[i] * factor + p * xf[u][i];
                 state = next;
             } else {
-                const i64 dst = STAGE == SPAN_GRAD ? row : cols[u];
-                acc_t dst_lse = STAGE == SPAN_GRAD ? own_lse : (on ? lse[dst * H + h] : (acc_t)0);
-                acc_t dst_row_dot = STAGE == SPAN_GRAD ? own_row_dot : (on ? row_dot[dst * H + h] : (acc_t)0);
-                acc_t p = prob_from_lse(score, dst_lse);
+                acc_t p = prob_from_lse(score, STAGE == SPAN_GRAD ? own_lse : dst_lse[u]);
                 acc_t dp = span_sum(segment_dot<W>(own_f, xf[u]), S);
-                acc_t w1 = dscore * (p * (dp - dst_row_dot));
+                acc_t w1 = dscore * (p * (dp - (STAGE == SPAN_GRAD ? own_row_dot : dst_row_dot[u])));
                 if (DOT) {
 #pragma unroll
                     for (int i = 0; i < W; ++i) acc_d[i] += w1 * xd[u][i];
@@ -335,10 +353,12 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
 #define SPAN_ARGS                                                                                               \
     const i64 *items, i64 num_items, i64 num_whole, int H, int S, int D, int F, const idx_t *indices,          \
         const scalar_t *a, const scalar_t *b, acc_t c, const scalar_t *v, const scalar_t *grad_out,            \
-        const lse_t *lse, const acc_t *row_dot, scalar_t *out1, lse_t *lse_out, acc_t *partial1,               \
+        const lse_t *lse, const scalar_t *fwd_out, acc_t *row_dot, scalar_t *out1, lse_t *lse_out,             \
+        acc_t *partial1,                                                                                        \
         SoftmaxState *partial_state, scalar_t *out2, acc_t *partial2
 #define SPAN_PASS                                                                                                \
-    items, num_items, num_whole, H, S, D, F, indices, a, b, c, v, grad_out, lse, row_dot, out1, lse_out, partial1, \
+    items, num_items, num_whole, H, S, D, F, indices, a, b, c, v, grad_out, lse, fwd_out, row_dot, out1, lse_out,  \
+        partial1,                                                                                                   \
         partial_state, out2, partial2
 #define SPAN_ENTRY_POINT(NAME, STAGE, DOT, VEC, NV)                                     \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS) NAME(SPAN_ARGS) {      \

@@ -82,17 +82,21 @@ def _span_shape(heads, depth, features, arrays):
     return None
 
 
-def _run_span(stage, score, graph, a, b, c, v, out1, lse_out=None, grad_out=None, lse=None, row_dot=None, out2=None):
-    """One head-span kernel over the graph's fused plan (split rows merged after); False,
-    with nothing done, where the shape does not fit them."""
+def _span_for(stage, a, b, v, grad_out=None):
+    """(S, VEC, NV) of the head-span kernel of ``stage`` for these arrays, or None where it
+    does not run (see _span_shape; a stage left out of SPAN_STAGES)."""
     if stage not in SPAN_STAGES:
-        return False
-    heads, features = v.shape[1], v.shape[2]
+        return None
     depth = a.shape[2] if a.ndim == 3 else 0
-    shape = _span_shape(heads, depth, features, [x for x in (a, b, v, grad_out) if x is not None and x.ndim == 3])
-    if shape is None:
-        return False
+    arrays = [x for x in (a, b, v, grad_out) if x is not None and x.ndim == 3]
+    return _span_shape(v.shape[1], depth, v.shape[2], arrays)
+
+
+def _run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=None, **backward):
+    """One head-span kernel of ``shape`` (from _span_for) over the graph's fused plan, split
+    rows merged after; ``backward``: grad_out, lse, fwd_out, row_dot as the stage takes them."""
     lanes, vec, nv = shape
+    heads, features = v.shape[1], v.shape[2]
     plan = plans.plan_for(graph, fused=True)
     state_dtype = accumulation_dtype(v.dtype)
     split_items = plan.num_split_items
@@ -110,32 +114,31 @@ def _run_span(stage, score, graph, a, b, c, v, out1, lse_out=None, grad_out=None
         num_whole=plan.num_whole,
         H=heads,
         S=lanes,
-        D=depth,
+        D=a.shape[2] if a.ndim == 3 else 0,
         F=features,
         indices=graph.indices,
         a=a,
         b=b,
         c=c,
         v=v,
-        grad_out=grad_out,
-        lse=lse,
-        row_dot=row_dot,
         out1=out1,
         lse_out=lse_out,
         partial1=partial1,
         partial_state=partial_state,
         out2=out2,
         partial2=partial2,
+        **backward,
     )
     out1_rows = out1 if out1.ndim == 3 else out1.reshape(out1.shape[0], heads, 1)
     merge_split_rows(graph, plan, out1_rows, partial1, partial_state, lse_out, softmax=stage == "forward")
     if out2 is not None:
         merge_split_rows(graph, plan, out2, partial2)
-    return True
 
 
 def _fused_forward(score, graph, a, b, c, values, out, lse):
-    if _run_span("forward", score, graph, a, b, c, values, out, lse_out=lse):
+    shape = _span_for("forward", a, b, values)
+    if shape is not None:
+        _run_span("forward", shape, score, graph, a, b, c, values, out, lse_out=lse)
         return
     run_row_kernels(
         f"attention_{score}_forward", graph, values, out, _score_args(a, b, c), softmax=True, lse_out=lse, fused=True
@@ -169,18 +172,41 @@ def gat_attention(graph, a_dst, a_src, values, negative_slope, out, lse):
 
 def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b, grad_v):
     """grad_a (sums over the rows), grad_b and grad_v (sums over the sources): on the
-    head-span kernels where they apply, else on the row kernels, whose sums of ds * dscore
-    gather b (k) over the rows and a (q) over the sources for "dot", and ones for "gat"."""
-    row_dot = row_dots(graph, grad_out, out)
-    backward = dict(grad_out=grad_out, lse=lse, row_dot=row_dot)
-    grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
+    head-span kernels where they apply (the row pass also computes row_dot), else on the row
+    kernels, whose sums of ds * dscore gather b (k) over the rows and a (q) over the sources
+    for "dot", and ones for "gat"."""
     heads = grad_v.shape[1]
-    if not _run_span("grad", score, graph, a, b, c, v, grad_a, **backward):
+    grad_shape = _span_for("grad", a, b, v, grad_out)
+    if grad_shape is not None:
+        row_dot = scratch(out.shape[:2], accumulation_dtype(out.dtype))
+        _run_span(
+            "grad",
+            grad_shape,
+            score,
+            graph,
+            a,
+            b,
+            c,
+            v,
+            grad_a,
+            grad_out=grad_out,
+            lse=lse,
+            fwd_out=out,
+            row_dot=row_dot,
+        )
+    else:
+        row_dot = row_dots(graph, grad_out, out)
         b_values = b if score == "dot" else unit_values(graph, heads, v.dtype)[: graph.num_src]
+        grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
         run_row_kernels(f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
     graph_t, _ = graph.transpose()
-    if not _run_span("sources", score, graph_t, a, b, c, v, grad_b, out2=grad_v, **backward):
+    sources_shape = _span_for("sources", a, b, v, grad_out)
+    if sources_shape is not None:
+        backward = dict(grad_out=grad_out, lse=lse, row_dot=row_dot)
+        _run_span("sources", sources_shape, score, graph_t, a, b, c, v, grad_b, out2=grad_v, **backward)
+    else:
         a_values = a if score == "dot" else unit_values(graph, heads, v.dtype)[: graph.num_dst]
+        grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
         run_row_kernels(f"attention_{score}_grad_t", graph_t, a_values, grad_b, grad_args, fused=True)
         probs_args = _score_args(a, b, c, lse=lse)
         run_row_kernels(f"attention_{score}_probs_t", graph_t, grad_out, grad_v, probs_args, fused=True)
