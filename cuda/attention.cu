@@ -231,9 +231,10 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
                                                lse_t* lse_out, acc_t* partial1, SoftmaxState* partial_state,
                                                scalar_t* out2, acc_t* partial2) {
     constexpr int W = VEC * NV;
-    // Edges in flight per warp: four in the backward where segments are short, else two (the
-    // forward reaches its gather floor with two; more would cost occupancy or spill registers).
-    constexpr int SPAN_EDGES = STAGE != SPAN_FORWARD && W <= 4 ? 4 : 2;
+    // Edges in flight per warp. Measured on an H200: four (where a lane's segment is short)
+    // made the backward's row pass 1.3x slower on an R-MAT graph (more registers, fewer warps
+    // to hide each item's start).
+    constexpr int SPAN_EDGES = 2;
     i64 index;
     Item item;
     if (!warp_item(items, 0, num_items, index, item)) return;
