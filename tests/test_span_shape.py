@@ -1,0 +1,38 @@
+"""Which fused attention shapes run on the head-span kernels (gpu/attention.py: _span_shape),
+without a GPU: arrays stand in with an address and an item size."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from cupy_csrattn.gpu.attention import _span_shape
+
+
+def _array(address, dtype=np.float32):
+    return SimpleNamespace(data=SimpleNamespace(ptr=address), dtype=np.dtype(dtype))
+
+
+ALIGNED = [_array(4096), _array(8192)]
+
+
+@pytest.mark.parametrize(
+    "heads,depth,features,want",
+    [
+        (8, 16, 16, (4, 4, 1)),  # 4 lanes per head, one 4-element vector each
+        (4, 64, 64, (8, 4, 2)),
+        (1, 64, 64, (32, 4, 1)),  # lanes 16-31 hold nothing
+        (3, 5, 3, (8, 1, 1)),  # 3 heads take the lanes of 4; odd widths load element by element
+        (32, 16, 16, (1, 4, 4)),
+        (32, 32, 32, None),  # a lane would need 32 elements
+        (33, 4, 4, None),  # more heads than lanes
+        (1, 150, 2, None),  # odd widths: at most 4 elements per lane
+        (8, 0, 16, (4, 4, 1)),  # gat: no q or k rows
+    ],
+)
+def test_span_shape(heads, depth, features, want):
+    assert _span_shape(heads, depth, features, ALIGNED) == want
+
+
+def test_misaligned_rows_load_element_by_element():
+    assert _span_shape(8, 16, 16, [_array(4096), _array(4100)]) == (4, 1, 4)
