@@ -7,11 +7,10 @@ Run on a machine with a GPU, from the repository root:
 The kernels are chosen through cupy_csrattn.gpu.attention.SPAN_STAGES: "row" runs none of
 the stages on the head-span kernels, "span" all of them, "span-sources-only" only the
 backward's pass over the sources. Replay of repeated calls is turned off, so that each call
-takes the kernels the switch names. Medians of 10 event-timed, synchronized calls.
+takes the kernels the switch names. Medians of 10 event-timed calls after 2 untimed ones (bench.timing.time_gpu).
 """
 
 import json
-import statistics
 import sys
 from functools import partial
 
@@ -20,7 +19,11 @@ import numpy as np
 
 import cupy_csrattn as ca
 from cupy_csrattn import datasets
+from cupy_csrattn.bench.timing import time_gpu
 from cupy_csrattn.gpu import attention, replay
+
+# The timing the committed results were taken with.
+timed = partial(time_gpu, repeat=10, warmup=2)
 
 GRAPHS = {
     "uniform-1M": lambda: datasets.uniform_graph(1 << 20, 16, seed=1),
@@ -28,20 +31,6 @@ GRAPHS = {
     "dense-100k": lambda: datasets.uniform_graph(100_000, 500, seed=3),
 }
 CONFIGS = {"row": set(), "span": {"forward", "grad", "sources"}, "span-sources-only": {"sources"}}
-
-
-def time_call(fn, repeat=10):
-    for _ in range(2):
-        fn()
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
 
 
 def measure(graph, graph_name, op, inputs, grad_out):
@@ -52,8 +41,8 @@ def measure(graph, graph_name, op, inputs, grad_out):
     for config, stages in CONFIGS.items():
         attention.SPAN_STAGES = stages
         out, lse = forward(graph, *inputs, return_lse=True)
-        record[config + "_forward_ms"] = time_call(lambda: forward(graph, *inputs, return_lse=True))
-        record[config + "_backward_ms"] = time_call(partial(backward, graph, *inputs, out, grad_out, lse))
+        record[config + "_forward_ms"] = timed(lambda: forward(graph, *inputs, return_lse=True))
+        record[config + "_backward_ms"] = timed(partial(backward, graph, *inputs, out, grad_out, lse))
     return record
 
 

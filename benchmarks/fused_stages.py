@@ -6,38 +6,28 @@ Run on a machine with a GPU, from the repository root:
     PYTHONPATH=. python3 benchmarks/fused_stages.py OUT.json
 The stages are launched through the launcher's own helpers (gpu/attention.py: _span_for,
 _run_span), the whole ops through the public API with replay of repeated calls off.
-Medians of 10 event-timed, synchronized calls.
+Medians of 10 event-timed calls after 2 untimed ones (bench.timing.time_gpu).
 """
 
 import json
-import statistics
 import sys
+from functools import partial
 
 import cupy
 import numpy as np
 
 import cupy_csrattn as ca
 from cupy_csrattn import datasets
+from cupy_csrattn.bench.timing import time_gpu
 from cupy_csrattn.gpu import attention, replay
+
+# The timing the committed results were taken with.
+timed = partial(time_gpu, repeat=10, warmup=2)
 
 GRAPHS = {
     "uniform-1M": lambda: datasets.uniform_graph(1 << 20, 16, seed=1),
     "rmat-20": lambda: datasets.rmat_graph(20, 16, seed=2),
 }
-
-
-def time_call(fn, repeat=10):
-    for _ in range(2):
-        fn()
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
 
 
 def measure(graph, graph_t, graph_name, H, F, rng):
@@ -64,16 +54,16 @@ def measure(graph, graph_t, graph_name, H, F, rng):
         graph=graph_name,
         H=H,
         F=F,
-        forward_ms=time_call(lambda: attention._run_span("forward", shape, graph=graph, out1=out, lse_out=lse, **span)),
-        rows_pass_ms=time_call(
+        forward_ms=timed(lambda: attention._run_span("forward", shape, graph=graph, out1=out, lse_out=lse, **span)),
+        rows_pass_ms=timed(
             lambda: attention._run_span("grad", shape, graph=graph, out1=grad_q, fwd_out=out, **backward, **span)
         ),
-        sources_pass_ms=time_call(
+        sources_pass_ms=timed(
             lambda: attention._run_span("sources", shape, graph=graph_t, out1=grad_k, out2=grad_v, **backward, **span)
         ),
-        graph_attention_backward_ms=time_call(lambda: ca.graph_attention_backward(graph, q, k, v, out, grad_out, lse)),
-        gat_attention_forward_ms=time_call(lambda: ca.gat_attention(graph, a_dst, a_src, v)),
-        gat_attention_backward_ms=time_call(
+        graph_attention_backward_ms=timed(lambda: ca.graph_attention_backward(graph, q, k, v, out, grad_out, lse)),
+        gat_attention_forward_ms=timed(lambda: ca.gat_attention(graph, a_dst, a_src, v)),
+        gat_attention_backward_ms=timed(
             lambda: ca.gat_attention_backward(graph, a_dst, a_src, v, gat_out, grad_out, gat_lse)
         ),
     )
