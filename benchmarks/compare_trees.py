@@ -4,7 +4,8 @@ graphs and inputs (this library's ops only, no baselines): is a change faster or
 Run on a machine with a GPU, from the repository root:
     git archive OLD_COMMIT | tar -x -C /tmp/old
     python3 benchmarks/compare_trees.py /tmp/old . results.json [GRAPH ...] [--case TEXT ...]
-Each case runs old, new, old, new (median of REPEAT event-timed, synchronized calls each);
+Each case runs old, new, old, new (median of REPEAT event-timed calls each, through the new
+tree's cupy_csrattn.bench.timing.time_gpu);
 the two runs of the old tree give the run-to-run noise. The graphs come from the new tree's
 cupy_csrattn.datasets: a uniform graph of 1M rows and 16M edges, an R-MAT graph of scale
 20, a 384-row graph (per-call cost) and a dense graph of 100k rows and 50M edges. With
@@ -51,20 +52,6 @@ def graphs(datasets, names):
         raise SystemExit(f"unknown graph(s) {unknown}; choose from {sorted(GRAPHS)}")
     built = {name: GRAPHS[name](datasets) for name in names}
     return {name: (np.asarray(g.indptr), np.asarray(g.indices), g.num_src) for name, g in built.items()}
-
-
-def time_call(fn):
-    for _ in range(WARMUP):
-        fn()
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(REPEAT):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
 
 
 def _random(rng, *shape, dtype=np.float32):
@@ -122,6 +109,11 @@ def _backward(saved, op, inputs, grad_out, *, package, graph):
 
 def main(old_tree, new_tree, out_path, *names, case_filter=()):
     new = load(new_tree)
+    # The new tree's timer (an older tree may have none); it keeps working after load() below
+    # drops the new tree's modules from sys.modules.
+    from cupy_csrattn.bench.timing import time_gpu
+
+    time_call = partial(time_gpu, repeat=REPEAT, warmup=WARMUP)
     arrays = graphs(new.datasets, names or list(GRAPHS))
     packages = {"old": load(old_tree), "new": new}
     records = []

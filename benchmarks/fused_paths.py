@@ -16,6 +16,7 @@ from functools import partial
 
 import cupy
 import numpy as np
+from compare_trees import graphs
 
 import cupy_csrattn as ca
 from cupy_csrattn import datasets
@@ -25,11 +26,7 @@ from cupy_csrattn.gpu import attention, replay
 # The timing the committed results were taken with.
 timed = partial(time_gpu, repeat=10, warmup=2)
 
-GRAPHS = {
-    "uniform-1M": lambda: datasets.uniform_graph(1 << 20, 16, seed=1),
-    "rmat-20": lambda: datasets.rmat_graph(20, 16, seed=2),
-    "dense-100k": lambda: datasets.uniform_graph(100_000, 500, seed=3),
-}
+GRAPH_NAMES = ("uniform-1M", "rmat-20", "dense-100k")  # graphs of compare_trees.GRAPHS
 CONFIGS = {"row": set(), "span": {"forward", "grad", "sources"}, "span-sources-only": {"sources"}}
 
 
@@ -50,9 +47,8 @@ def main(out_path):
     replay.ENABLED = False
     rng = np.random.default_rng(0)
     records = []
-    for name, make in GRAPHS.items():
-        g = make()
-        graph = ca.CSRGraph(cupy.asarray(g.indptr), cupy.asarray(g.indices), g.num_src)
+    for name, (indptr, indices, num_src) in graphs(datasets, GRAPH_NAMES).items():
+        graph = ca.CSRGraph(cupy.asarray(indptr), cupy.asarray(indices), num_src)
         for dtype, H, F in ((np.float32, 8, 16), (np.float32, 4, 64), (np.float16, 8, 16)):
             q, k, v, grad_out = (
                 cupy.asarray(rng.standard_normal((n, H, F)).astype(dtype))

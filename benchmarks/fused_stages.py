@@ -15,6 +15,7 @@ from functools import partial
 
 import cupy
 import numpy as np
+from compare_trees import graphs
 
 import cupy_csrattn as ca
 from cupy_csrattn import datasets
@@ -24,10 +25,7 @@ from cupy_csrattn.gpu import attention, replay
 # The timing the committed results were taken with.
 timed = partial(time_gpu, repeat=10, warmup=2)
 
-GRAPHS = {
-    "uniform-1M": lambda: datasets.uniform_graph(1 << 20, 16, seed=1),
-    "rmat-20": lambda: datasets.rmat_graph(20, 16, seed=2),
-}
+GRAPH_NAMES = ("uniform-1M", "rmat-20")  # graphs of compare_trees.GRAPHS
 
 
 def measure(graph, graph_t, graph_name, H, F, rng):
@@ -73,9 +71,8 @@ def main(out_path):
     replay.ENABLED = False
     rng = np.random.default_rng(0)
     records = []
-    for name, make in GRAPHS.items():
-        g = make()
-        graph = ca.CSRGraph(cupy.asarray(g.indptr), cupy.asarray(g.indices), g.num_src)
+    for name, (indptr, indices, num_src) in graphs(datasets, GRAPH_NAMES).items():
+        graph = ca.CSRGraph(cupy.asarray(indptr), cupy.asarray(indices), num_src)
         graph_t, _ = graph.transpose()
         for H, F in ((8, 16), (4, 64)):
             records.append(measure(graph, graph_t, name, H, F, rng))
