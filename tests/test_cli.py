@@ -821,9 +821,9 @@ def test_cpu_fused_backward_formulation(monkeypatch, op):
     dtypes = []
     real_edge_dot = edge_dots.edge_dot
 
-    def recording_edge_dot(graph, dst_feat, src_feat, dtype=None):
+    def recording_edge_dot(graph, dst_feat, src_feat, dtype=None, edge_feat=None):
         dtypes.append("compute dtype" if dtype is None else np.dtype(dtype).name)
-        return real_edge_dot(graph, dst_feat, src_feat, dtype=dtype)
+        return real_edge_dot(graph, dst_feat, src_feat, dtype=dtype, edge_feat=edge_feat)
 
     monkeypatch.setattr(edge_dots, "edge_dot", recording_edge_dot)
     backward = OPS[op + "_backward"].function
