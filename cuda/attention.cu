@@ -169,6 +169,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
 //   sources  (transpose) ds with p = exp(score - lse[col]), col a destination; grad_k (sum
 //                        ds * scale * q[col]) or grad_a_src (sum ds * dscore), and grad_v
 //                        (sum p * grad_out[col]), both in the one pass
+// Edge data (the _edges kernels, head-span only): graph_attention's edge_feat (E, H, D), with
+// D = F, joins k and v (score scale * <q[dst], k[src] + e>, message v[src] + e), and
+// gat_attention's edge_score (E, H) joins z. Each pass reads each edge's row once: over the
+// rows in edge order, over the sources through the transpose's permutation (edge_perm). The
+// row pass writes each edge's gradient once, in edge order: ds * scale * q[dst] +
+// p * grad_out[dst] (dot) or ds * dscore (gat).
 // Whole rows write their outputs; split rows write partials (forward: accumulators and
 // softmax states, merged by aggregate_merge_softmax; backward: sums, merged by
 // aggregate_merge_sum), in item order. No atomics, no shared memory. Bound: memory (the gathers).
@@ -222,14 +228,14 @@ __device__ __forceinline__ void span_store(const acc_t* acc, acc_t scale_by, boo
     }
 }
 
-template <int STAGE, bool DOT, int VEC, int NV>
+template <int STAGE, bool DOT, bool EDGE, int VEC, int NV>
 __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, i64 num_whole, int H, int S, int D,
                                                int F, const idx_t* indices, const scalar_t* a, const scalar_t* b,
                                                acc_t c, const scalar_t* v, const scalar_t* grad_out,
                                                const lse_t* lse, const scalar_t* fwd_out, acc_t* row_dot,
-                                               scalar_t* out1,
-                                               lse_t* lse_out, acc_t* partial1, SoftmaxState* partial_state,
-                                               scalar_t* out2, acc_t* partial2) {
+                                               scalar_t* out1, lse_t* lse_out, acc_t* partial1,
+                                               SoftmaxState* partial_state, scalar_t* out2, acc_t* partial2,
+                                               const scalar_t* edge, const i64* edge_perm, scalar_t* grad_edge) {
     constexpr int W = VEC * NV;
     // Edges in flight per warp. Measured on an H200: four (where a lane's segment is short)
     // made the backward's row pass 1.3x slower on an R-MAT graph (more registers, fewer warps
@@ -275,12 +281,15 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
 
     for (i64 e = item.begin; e < item.end; e += SPAN_EDGES) {
         const int count = (int)min((i64)SPAN_EDGES, item.end - e);  // the same in every lane
-        i64 cols[SPAN_EDGES];
+        i64 cols[SPAN_EDGES], edge_ids[SPAN_EDGES];
         acc_t xd[SPAN_EDGES][W], xf[SPAN_EDGES][W], terms[SPAN_EDGES], dst_lse[SPAN_EDGES], dst_row_dot[SPAN_EDGES];
+        acc_t xe[SPAN_EDGES][W], edge_term[SPAN_EDGES];  // EDGE: the edge's row (dot) or score term (gat)
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
             if (u >= count) break;
             cols[u] = indices[e + u];
+            // The edge's index in the caller's (CSR) order: over the sources, through the transpose's permutation.
+            if (EDGE) edge_ids[u] = STAGE == SPAN_SOURCES ? edge_perm[e + u] : e + u;
         }
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
@@ -292,16 +301,35 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
                 dst_lse[u] = on ? lse[cols[u] * H + h] : (acc_t)0;
                 dst_row_dot[u] = on ? row_dot[cols[u] * H + h] : (acc_t)0;
             }
+            if (EDGE && DOT) span_load<VEC, NV>(edge, edge_ids[u], H, h, r, D, on, xe[u]);
+            if (EDGE && !DOT) edge_term[u] = on ? load_scalar(edge + edge_ids[u] * H + h) : (acc_t)0;
+            // Over the rows the edge's row joins the gathered k and v: k[src] + e, v[src] + e.
+            if (EDGE && DOT && STAGE != SPAN_SOURCES) {
+#pragma unroll
+                for (int i = 0; i < W; ++i) {
+                    xd[u][i] += xe[u][i];
+                    xf[u][i] += xe[u][i];
+                }
+            }
         }
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
             if (u >= count) break;
             acc_t score, dscore;
             if (DOT) {
-                score = c * span_sum(segment_dot<W>(own_d, xd[u]), S);
+                // Over the sources the edge's row joins the item's own k[src] (and v[src] below).
+                acc_t part = 0;
+                if (EDGE && STAGE == SPAN_SOURCES) {
+#pragma unroll
+                    for (int i = 0; i < W; ++i) part += (own_d[i] + xe[u][i]) * xd[u][i];
+                } else {
+                    part = segment_dot<W>(own_d, xd[u]);
+                }
+                score = c * span_sum(part, S);
                 dscore = c;
             } else {
                 acc_t z = own_term + terms[u];
+                if (EDGE) z += edge_term[u];
                 score = z > 0 ? z : c * z;
                 dscore = z > 0 ? (acc_t)1 : c;
             }
@@ -314,8 +342,28 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
                 state = next;
             } else {
                 acc_t p = prob_from_lse(score, STAGE == SPAN_GRAD ? own_lse : dst_lse[u]);
-                acc_t dp = span_sum(segment_dot<W>(own_f, xf[u]), S);
+                acc_t part = 0;
+                if (EDGE && DOT && STAGE == SPAN_SOURCES) {
+#pragma unroll
+                    for (int i = 0; i < W; ++i) part += (own_f[i] + xe[u][i]) * xf[u][i];
+                } else {
+                    part = segment_dot<W>(own_f, xf[u]);
+                }
+                acc_t dp = span_sum(part, S);
                 acc_t w1 = dscore * (p * (dp - (STAGE == SPAN_GRAD ? own_row_dot : dst_row_dot[u])));
+                if (EDGE && STAGE == SPAN_GRAD) {
+                    // The edge's gradient, written once, in edge order: dot: w1 * q[row] +
+                    // p * grad_out[row] (D = F); gat: w1.
+                    if (DOT && on) {
+                        scalar_t* dst = grad_edge + (edge_ids[u] * H + h) * D + r * W;
+#pragma unroll
+                        for (int i = 0; i < W; ++i) {
+                            if (r * W + i >= D) break;
+                            store_scalar(dst + i, w1 * own_d[i] + p * own_f[i]);
+                        }
+                    }
+                    if (!DOT && on && r == 0) store_scalar(grad_edge + edge_ids[u] * H + h, w1);
+                }
                 if (DOT) {
 #pragma unroll
                     for (int i = 0; i < W; ++i) acc_d[i] += w1 * xd[u][i];
@@ -355,23 +403,29 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
     const i64 *items, i64 num_items, i64 num_whole, int H, int S, int D, int F, const idx_t *indices,          \
         const scalar_t *a, const scalar_t *b, acc_t c, const scalar_t *v, const scalar_t *grad_out,            \
         const lse_t *lse, const scalar_t *fwd_out, acc_t *row_dot, scalar_t *out1, lse_t *lse_out,             \
-        acc_t *partial1,                                                                                        \
-        SoftmaxState *partial_state, scalar_t *out2, acc_t *partial2
+        acc_t *partial1, SoftmaxState *partial_state, scalar_t *out2, acc_t *partial2, const scalar_t *edge,    \
+        const i64 *edge_perm, scalar_t *grad_edge
 #define SPAN_PASS                                                                                                \
     items, num_items, num_whole, H, S, D, F, indices, a, b, c, v, grad_out, lse, fwd_out, row_dot, out1, lse_out,  \
-        partial1,                                                                                                   \
-        partial_state, out2, partial2
-#define SPAN_ENTRY_POINT(NAME, STAGE, DOT, VEC, NV)                                     \
+        partial1, partial_state, out2, partial2, edge, edge_perm, grad_edge
+#define SPAN_ENTRY_POINT(NAME, STAGE, DOT, EDGE, VEC, NV)                                \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS) NAME(SPAN_ARGS) {      \
-        attention_span<STAGE, DOT, VEC, NV>(SPAN_PASS);                                  \
+        attention_span<STAGE, DOT, EDGE, VEC, NV>(SPAN_PASS);                            \
     }
-#define SPAN_ENTRY_POINTS(PREFIX, STAGE, DOT)                  \
-    SPAN_ENTRY_POINT(PREFIX##_span1x1, STAGE, DOT, 1, 1)       \
-    SPAN_ENTRY_POINT(PREFIX##_span1x2, STAGE, DOT, 1, 2)       \
-    SPAN_ENTRY_POINT(PREFIX##_span1x4, STAGE, DOT, 1, 4)       \
-    SPAN_ENTRY_POINT(PREFIX##_span4x1, STAGE, DOT, 4, 1)       \
-    SPAN_ENTRY_POINT(PREFIX##_span4x2, STAGE, DOT, 4, 2)       \
-    SPAN_ENTRY_POINT(PREFIX##_span4x4, STAGE, DOT, 4, 4)
+// Without and with edge data (_edges: edge_feat rows for dot, edge_score terms for gat).
+#define SPAN_ENTRY_POINTS(PREFIX, STAGE, DOT)                              \
+    SPAN_ENTRY_POINT(PREFIX##_span1x1, STAGE, DOT, false, 1, 1)            \
+    SPAN_ENTRY_POINT(PREFIX##_span1x2, STAGE, DOT, false, 1, 2)            \
+    SPAN_ENTRY_POINT(PREFIX##_span1x4, STAGE, DOT, false, 1, 4)            \
+    SPAN_ENTRY_POINT(PREFIX##_span4x1, STAGE, DOT, false, 4, 1)            \
+    SPAN_ENTRY_POINT(PREFIX##_span4x2, STAGE, DOT, false, 4, 2)            \
+    SPAN_ENTRY_POINT(PREFIX##_span4x4, STAGE, DOT, false, 4, 4)            \
+    SPAN_ENTRY_POINT(PREFIX##_span1x1_edges, STAGE, DOT, true, 1, 1)       \
+    SPAN_ENTRY_POINT(PREFIX##_span1x2_edges, STAGE, DOT, true, 1, 2)       \
+    SPAN_ENTRY_POINT(PREFIX##_span1x4_edges, STAGE, DOT, true, 1, 4)       \
+    SPAN_ENTRY_POINT(PREFIX##_span4x1_edges, STAGE, DOT, true, 4, 1)       \
+    SPAN_ENTRY_POINT(PREFIX##_span4x2_edges, STAGE, DOT, true, 4, 2)       \
+    SPAN_ENTRY_POINT(PREFIX##_span4x4_edges, STAGE, DOT, true, 4, 4)
 SPAN_ENTRY_POINTS(attention_dot_forward, SPAN_FORWARD, true)
 SPAN_ENTRY_POINTS(attention_dot_grad, SPAN_GRAD, true)
 SPAN_ENTRY_POINTS(attention_dot_sources, SPAN_SOURCES, true)
