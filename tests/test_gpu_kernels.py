@@ -309,3 +309,20 @@ def test_softmax_by_source_matches_cpu(cupy, plan_limits, dtype, index_dtype, he
     probs = np.nan_to_num(want).astype(dtype)
     got = ca.edge_softmax_backward(gg, cupy.asarray(probs), cupy.asarray(grad_probs), norm_by="src")
     _close(got, ca.edge_softmax_backward(g, probs, grad_probs, norm_by="src"), dtype)
+
+
+def test_edge_data_outside_the_head_span_kernels_is_refused(cupy):
+    """Edge data runs on the head-span kernels only: 40 heads (more than a warp's lanes) with
+    edge_feat or edge_score is a ValueError naming the argument, before any launch."""
+    rng = np.random.default_rng(8)
+    g = _graph(rng, np.int32, hub=20).to_gpu()
+    H, D = 40, 4
+    q = cupy.asarray(rng.standard_normal((g.num_dst, H, D)).astype(np.float32))
+    k = cupy.asarray(rng.standard_normal((g.num_src, H, D)).astype(np.float32))
+    edge_feat = cupy.asarray(rng.standard_normal((g.num_edges, H, D)).astype(np.float32))
+    with pytest.raises(ValueError, match="edge_feat"):
+        ca.graph_attention(g, q, k, k, edge_feat=edge_feat)
+    a = cupy.asarray(rng.standard_normal((g.num_dst, H)).astype(np.float32))
+    edge_score = cupy.asarray(rng.standard_normal((g.num_edges, H)).astype(np.float32))
+    with pytest.raises(ValueError, match="edge_score"):
+        ca.gat_attention(g, a, a[: g.num_src], k, edge_score=edge_score)
