@@ -12,8 +12,8 @@ torch's allocator for PyG), measured on one call after the timed ones.
 
 import json
 import math
-import statistics
 import sys
+from functools import partial
 
 import cupy
 import numpy as np
@@ -21,22 +21,10 @@ import numpy as np
 import cupy_csrattn as ca
 from cupy_csrattn import datasets
 from cupy_csrattn.bench.baselines import GAT_SLOPE, load_pyg
+from cupy_csrattn.bench.timing import time_gpu
 
 H, D = 8, 16
-
-
-def time_call(fn, repeat=10):
-    for _ in range(2):
-        fn()
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
+timed = partial(time_gpu, repeat=10, warmup=2)
 
 
 def cupy_peak(fn):
@@ -97,7 +85,7 @@ def measure_csrattn(graph, op, arrays, grad_out):
         return backward(graph, a, b, v, out, grad_out, lse, **kw)
 
     return [
-        dict(op=op, method="csrattn", case=case, ms=time_call(call), peak_extra_bytes=cupy_peak(call))
+        dict(op=op, method="csrattn", case=case, ms=timed(call), peak_extra_bytes=cupy_peak(call))
         for case, call in (("forward", fwd), ("forward+backward", fwd_bwd))
     ]
 
@@ -114,7 +102,7 @@ def measure_pyg(torch, fn, op, arrays, grad_out):
         return torch.autograd.grad(fn(*tensors), tensors, t_grad_out)
 
     return [
-        dict(op=op, method="pyg", case=case, ms=time_call(call), peak_extra_bytes=torch_peak(torch, call))
+        dict(op=op, method="pyg", case=case, ms=timed(call), peak_extra_bytes=torch_peak(torch, call))
         for case, call in (("forward", fwd), ("forward+backward", fwd_bwd))
     ]
 
