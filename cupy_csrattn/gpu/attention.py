@@ -68,16 +68,32 @@ def _score_args(a, b, c, lse=None, grad_out=None, v=None, row_dot=None):
 SPAN_STAGES = {"forward", "grad", "sources"}
 
 
+# NV (vectors per lane) of the head-span kernels for each VEC (elements per load).
+SPAN_VECTORS = {1: (1, 2, 4), 4: (1, 2, 4), 8: (1, 2)}
+
+
+def _span_vector(width_gcd, arrays):
+    """VEC of the head-span loads: 16 bytes of float16 (8) where the widths and the arrays
+    allow, else 4 elements (the widest of vector_width), else 1."""
+    if all(a.dtype.itemsize == 2 and a.data.ptr % 16 == 0 for a in arrays) and width_gcd % 8 == 0:
+        return 8
+    return 4 if vector_width(width_gcd, *arrays) == 4 else 1
+
+
 def _span_shape(heads, depth, features, arrays):
     """(S, VEC, NV) of the head-span kernels (attention.cu) for node rows of ``depth`` (q, k;
     0 for "gat") and ``features`` (v, grad_out) elements per head, or None where they do not
-    apply: more heads than lanes, or rows wider than S * VEC * NV with NV <= 4."""
+    apply: more heads than lanes, or rows wider than S * VEC * NV with NV at most 4 (2 for
+    VEC = 8). S, the lanes per head, is the fewest whose loads cover a head's row, so that the
+    rest of the warp takes other edges at once (edge groups)."""
     if heads > MAX_BATCHED_HEADS:
         return None
-    lanes = WARP // (1 << (heads - 1).bit_length())  # S: lanes per head
-    vec = 4 if vector_width(math.gcd(depth, features), *arrays) == 4 else 1
-    for nv in (1, 2, 4):
-        if lanes * vec * nv >= max(depth, features):
+    max_lanes = WARP // (1 << (heads - 1).bit_length())
+    width = max(depth, features)
+    vec = _span_vector(math.gcd(depth, features), arrays)
+    lanes = min(max_lanes, 1 << max(-(-width // vec) - 1, 0).bit_length())
+    for nv in SPAN_VECTORS[vec]:
+        if lanes * vec * nv >= width:
             return lanes, vec, nv
     return None
 

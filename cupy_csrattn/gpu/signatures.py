@@ -128,7 +128,7 @@ for _score in ATTENTION_SCORES:
     for _stage in ATTENTION_STAGES:
         _declare_rows("attention", f"attention_{_score}_{_stage}", _ATTENTION)
 # The head-span kernels (VEC-element loads, NV vectors per lane) of each score and stage.
-SPAN_SHAPES = ((1, 1), (1, 2), (1, 4), (4, 1), (4, 2), (4, 4))
+SPAN_SHAPES = ((1, 1), (1, 2), (1, 4), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2))
 SPAN_STAGES = ("forward", "grad", "sources")
 for _score in ATTENTION_SCORES:
     for _stage in SPAN_STAGES:
