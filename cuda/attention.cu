@@ -153,15 +153,19 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
 
 // ---- Head-span kernels: the fused ops' row passes with each node row gathered by the whole warp ----
 //
-// Lanes: S lanes per head (S = WARP / the power of two at or above H, from the launcher);
-// lane l serves head h = l / S (lanes with h >= H hold nothing but join every shuffle) at
-// position r = l % S, and owns elements [r * W, r * W + W) of its head's D elements (q, k)
+// Lanes: S lanes per head (from the launcher: the fewest, a power of two, whose loads cover
+// a head's row); a group is S lanes for each of the heads rounded up to a power of two, and
+// the warp holds G = WARP / group groups, which take the item's edges in turn (group g the
+// edges begin + g + G * j) and combine their results at the end in a fixed order. Lane l of
+// group g serves head h (lanes with h >= H hold nothing but join every shuffle) at position
+// r, and owns elements [r * W, r * W + W) of its head's D elements (q, k)
 // and of its F elements (v, grad_out), W = VEC * NV, those past D or F masked. The item's
 // own node rows (its row of q, grad_out, k or v) stay in registers for the whole item; each
 // edge's node rows are gathered once, VEC elements per load, coalesced across the warp; a
 // dot product of two rows is each lane's W terms summed in order, then summed over the
 // head's S lanes by an xor butterfly (every lane gets the same, order-fixed sum). SPAN_EDGES
-// edges are loaded before any is used, so each warp has that many gathers in flight. Stages:
+// edges per group are loaded before any is used, so each warp has G * SPAN_EDGES gathers in
+// flight. Float16 rows load 16 bytes at a time (VEC = 8) where aligned. Stages:
 //   forward  (rows)      online softmax of the scores, out = sum p * v[col] and the row lse
 //   grad     (rows)      row_dot[row] = <grad_out[row], out[row]> (stored for the sources),
 //                        ds = p * (<grad_out[row], v[col]> - row_dot[row]); grad_q (dot:
@@ -169,6 +173,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
 //   sources  (transpose) ds with p = exp(score - lse[col]), col a destination; grad_k (sum
 //                        ds * scale * q[col]) or grad_a_src (sum ds * dscore), and grad_v
 //                        (sum p * grad_out[col]), both in the one pass
+// Edge data (the _edges kernels, head-span only): graph_attention's edge_feat (E, H, D), with
+// D = F, joins k and v (score scale * <q[dst], k[src] + e>, message v[src] + e), and
+// gat_attention's edge_score (E, H) joins z. Each pass reads each edge's row once: over the
+// rows in edge order, over the sources through the transpose's permutation (edge_perm). The
+// row pass writes each edge's gradient once, in edge order: ds * scale * q[dst] +
+// p * grad_out[dst] (dot) or ds * dscore (gat).
 // Whole rows write their outputs; split rows write partials (forward: accumulators and
 // softmax states, merged by aggregate_merge_softmax; backward: sums, merged by
 // aggregate_merge_sum), in item order. No atomics, no shared memory. Bound: memory (the gathers).
@@ -192,6 +202,12 @@ __device__ __forceinline__ void span_load(const scalar_t* X, i64 node, int H, in
             for (int i = 0; i < VEC; ++i) x[v * VEC + i] = 0;
         }
     }
+}
+
+__device__ __forceinline__ SoftmaxState shfl_xor_state(SoftmaxState s, int mask) {
+    s.m = shfl_xor(s.m, mask);
+    s.l = shfl_xor(s.l, mask);
+    return s;
 }
 
 // Sum of x over the S lanes of each head (S a power of two), in every lane of the head.
@@ -222,14 +238,14 @@ __device__ __forceinline__ void span_store(const acc_t* acc, acc_t scale_by, boo
     }
 }
 
-template <int STAGE, bool DOT, int VEC, int NV>
+template <int STAGE, bool DOT, bool EDGE, int VEC, int NV>
 __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, i64 num_whole, int H, int S, int D,
                                                int F, const idx_t* indices, const scalar_t* a, const scalar_t* b,
                                                acc_t c, const scalar_t* v, const scalar_t* grad_out,
                                                const lse_t* lse, const scalar_t* fwd_out, acc_t* row_dot,
-                                               scalar_t* out1,
-                                               lse_t* lse_out, acc_t* partial1, SoftmaxState* partial_state,
-                                               scalar_t* out2, acc_t* partial2) {
+                                               scalar_t* out1, lse_t* lse_out, acc_t* partial1,
+                                               SoftmaxState* partial_state, scalar_t* out2, acc_t* partial2,
+                                               const scalar_t* edge, const i64* edge_perm, scalar_t* grad_edge) {
     constexpr int W = VEC * NV;
     // Edges in flight per warp. Measured on an H200: four (where a lane's segment is short)
     // made the backward's row pass 1.3x slower on an R-MAT graph (more registers, fewer warps
@@ -239,7 +255,13 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
     Item item;
     if (!warp_item(items, 0, num_items, index, item)) return;
     const int lane = lane_id();
-    const int h = lane / S, r = lane % S;
+    // Edge groups: a group is the lanes of every head (heads rounded up to a power of two),
+    // S per head; G = WARP / group_lanes groups take the item's edges in turn.
+    int heads_pow2 = 1;
+    while (heads_pow2 < H) heads_pow2 *= 2;
+    const int group_lanes = heads_pow2 * S;
+    const int G = WARP / group_lanes;
+    const int g = lane / group_lanes, h = lane % group_lanes / S, r = lane % S;
     const bool on = h < H;
     const i64 row = item.row;
     const bool split = item.split >= 0;
@@ -261,7 +283,7 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
         acc_t own_out[W];
         span_load<VEC, NV>(fwd_out, row, H, h, r, F, on, own_out);
         own_row_dot = span_sum(segment_dot<W>(own_f, own_out), S);
-        if (on && r == 0) row_dot[row * H + h] = own_row_dot;
+        if (on && r == 0 && g == 0) row_dot[row * H + h] = own_row_dot;
     }
     // The gathered arrays: k or q (dot), v or grad_out, and gat's other term.
     const scalar_t* gather_d = STAGE == SPAN_SOURCES ? a : b;
@@ -273,39 +295,64 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
     acc_t acc_s = 0;  // gat: grad_a_dst or grad_a_src
     SoftmaxState state = empty_state();
 
-    for (i64 e = item.begin; e < item.end; e += SPAN_EDGES) {
-        const int count = (int)min((i64)SPAN_EDGES, item.end - e);  // the same in every lane
-        i64 cols[SPAN_EDGES];
+    // Every lane runs every iteration and every shuffle; an edge slot past the item's end
+    // (only ever in the last iteration, and per group) loads nothing and changes nothing.
+    for (i64 e0 = item.begin; e0 < item.end; e0 += (i64)G * SPAN_EDGES) {
+        bool valid[SPAN_EDGES];
+        i64 cols[SPAN_EDGES], edge_ids[SPAN_EDGES];
         acc_t xd[SPAN_EDGES][W], xf[SPAN_EDGES][W], terms[SPAN_EDGES], dst_lse[SPAN_EDGES], dst_row_dot[SPAN_EDGES];
+        acc_t xe[SPAN_EDGES][W], edge_term[SPAN_EDGES];  // EDGE: the edge's row (dot) or score term (gat)
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
-            if (u >= count) break;
-            cols[u] = indices[e + u];
+            const i64 e = e0 + g + (i64)G * u;  // group g's u-th edge of this iteration
+            valid[u] = e < item.end;
+            cols[u] = valid[u] ? (i64)indices[e] : 0;
+            // The edge's index in the caller's (CSR) order: over the sources, through the transpose's permutation.
+            if (EDGE) edge_ids[u] = !valid[u] ? 0 : (STAGE == SPAN_SOURCES ? edge_perm[e] : e);
         }
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
-            if (u >= count) break;
-            if (DOT) span_load<VEC, NV>(gather_d, cols[u], H, h, r, D, on, xd[u]);
-            span_load<VEC, NV>(gather_f, cols[u], H, h, r, F, on, xf[u]);
-            terms[u] = !DOT && on ? load_scalar((STAGE == SPAN_SOURCES ? a : b) + cols[u] * H + h) : (acc_t)0;
+            const bool load = on && valid[u];
+            if (DOT) span_load<VEC, NV>(gather_d, cols[u], H, h, r, D, load, xd[u]);
+            span_load<VEC, NV>(gather_f, cols[u], H, h, r, F, load, xf[u]);
+            terms[u] = !DOT && load ? load_scalar((STAGE == SPAN_SOURCES ? a : b) + cols[u] * H + h) : (acc_t)0;
             if (STAGE == SPAN_SOURCES) {  // the destination's row terms, loaded with its rows
-                dst_lse[u] = on ? lse[cols[u] * H + h] : (acc_t)0;
-                dst_row_dot[u] = on ? row_dot[cols[u] * H + h] : (acc_t)0;
+                dst_lse[u] = load ? lse[cols[u] * H + h] : (acc_t)0;
+                dst_row_dot[u] = load ? row_dot[cols[u] * H + h] : (acc_t)0;
+            }
+            if (EDGE && DOT) span_load<VEC, NV>(edge, edge_ids[u], H, h, r, D, load, xe[u]);
+            if (EDGE && !DOT) edge_term[u] = load ? load_scalar(edge + edge_ids[u] * H + h) : (acc_t)0;
+            // Over the rows the edge's row joins the gathered k and v: k[src] + e, v[src] + e.
+            if (EDGE && DOT && STAGE != SPAN_SOURCES) {
+#pragma unroll
+                for (int i = 0; i < W; ++i) {
+                    xd[u][i] += xe[u][i];
+                    xf[u][i] += xe[u][i];
+                }
             }
         }
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
-            if (u >= count) break;
             acc_t score, dscore;
             if (DOT) {
-                score = c * span_sum(segment_dot<W>(own_d, xd[u]), S);
+                // Over the sources the edge's row joins the item's own k[src] (and v[src] below).
+                acc_t part = 0;
+                if (EDGE && STAGE == SPAN_SOURCES) {
+#pragma unroll
+                    for (int i = 0; i < W; ++i) part += (own_d[i] + xe[u][i]) * xd[u][i];
+                } else {
+                    part = segment_dot<W>(own_d, xd[u]);
+                }
+                score = c * span_sum(part, S);
                 dscore = c;
             } else {
                 acc_t z = own_term + terms[u];
+                if (EDGE) z += edge_term[u];
                 score = z > 0 ? z : c * z;
                 dscore = z > 0 ? (acc_t)1 : c;
             }
             if (STAGE == SPAN_FORWARD) {
+                if (!valid[u]) continue;  // after this slot's last shuffle
                 SoftmaxState next = add_score(state, score);
                 acc_t p = score == neg_inf() ? (acc_t)0 : rescale(score, next.m);
                 acc_t factor = rescale(state.m, next.m);
@@ -314,8 +361,29 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
                 state = next;
             } else {
                 acc_t p = prob_from_lse(score, STAGE == SPAN_GRAD ? own_lse : dst_lse[u]);
-                acc_t dp = span_sum(segment_dot<W>(own_f, xf[u]), S);
+                acc_t part = 0;
+                if (EDGE && DOT && STAGE == SPAN_SOURCES) {
+#pragma unroll
+                    for (int i = 0; i < W; ++i) part += (own_f[i] + xe[u][i]) * xf[u][i];
+                } else {
+                    part = segment_dot<W>(own_f, xf[u]);
+                }
+                acc_t dp = span_sum(part, S);
+                if (!valid[u]) continue;  // after this slot's last shuffle
                 acc_t w1 = dscore * (p * (dp - (STAGE == SPAN_GRAD ? own_row_dot : dst_row_dot[u])));
+                if (EDGE && STAGE == SPAN_GRAD) {
+                    // The edge's gradient, written once, in edge order: dot: w1 * q[row] +
+                    // p * grad_out[row] (D = F); gat: w1.
+                    if (DOT && on) {
+                        scalar_t* dst = grad_edge + (edge_ids[u] * H + h) * D + r * W;
+#pragma unroll
+                        for (int i = 0; i < W; ++i) {
+                            if (r * W + i >= D) break;
+                            store_scalar(dst + i, w1 * own_d[i] + p * own_f[i]);
+                        }
+                    }
+                    if (!DOT && on && r == 0) store_scalar(grad_edge + edge_ids[u] * H + h, w1);
+                }
                 if (DOT) {
 #pragma unroll
                     for (int i = 0; i < W; ++i) acc_d[i] += w1 * xd[u][i];
@@ -329,6 +397,30 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
             }
         }
     }
+
+    // The groups' results, combined by an xor butterfly over the groups (each merge is
+    // symmetric, so every group ends with the same, order-fixed result); group 0 writes.
+    for (int offset = group_lanes; offset < WARP; offset *= 2) {
+        if (STAGE == SPAN_FORWARD) {
+            SoftmaxState other = shfl_xor_state(state, offset);
+            SoftmaxState merged = merge_states(state, other);
+            acc_t mine = rescale(state.m, merged.m), theirs = rescale(other.m, merged.m);
+#pragma unroll
+            for (int i = 0; i < W; ++i) {
+                acc_t their_acc = shfl_xor(acc_f[i], offset);
+                acc_f[i] = (state.l == 0 ? (acc_t)0 : acc_f[i] * mine) + (other.l == 0 ? (acc_t)0 : their_acc * theirs);
+            }
+            state = merged;
+        } else {
+#pragma unroll
+            for (int i = 0; i < W; ++i) {
+                if (DOT) acc_d[i] += shfl_xor(acc_d[i], offset);
+                if (STAGE == SPAN_SOURCES) acc_f[i] += shfl_xor(acc_f[i], offset);
+            }
+            if (!DOT) acc_s += shfl_xor(acc_s, offset);
+        }
+    }
+    if (g != 0) return;
 
     const int HD = H * D, HF = H * F;
     if (STAGE == SPAN_FORWARD) {
@@ -355,23 +447,33 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
     const i64 *items, i64 num_items, i64 num_whole, int H, int S, int D, int F, const idx_t *indices,          \
         const scalar_t *a, const scalar_t *b, acc_t c, const scalar_t *v, const scalar_t *grad_out,            \
         const lse_t *lse, const scalar_t *fwd_out, acc_t *row_dot, scalar_t *out1, lse_t *lse_out,             \
-        acc_t *partial1,                                                                                        \
-        SoftmaxState *partial_state, scalar_t *out2, acc_t *partial2
+        acc_t *partial1, SoftmaxState *partial_state, scalar_t *out2, acc_t *partial2, const scalar_t *edge,    \
+        const i64 *edge_perm, scalar_t *grad_edge
 #define SPAN_PASS                                                                                                \
     items, num_items, num_whole, H, S, D, F, indices, a, b, c, v, grad_out, lse, fwd_out, row_dot, out1, lse_out,  \
-        partial1,                                                                                                   \
-        partial_state, out2, partial2
-#define SPAN_ENTRY_POINT(NAME, STAGE, DOT, VEC, NV)                                     \
+        partial1, partial_state, out2, partial2, edge, edge_perm, grad_edge
+#define SPAN_ENTRY_POINT(NAME, STAGE, DOT, EDGE, VEC, NV)                                \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS) NAME(SPAN_ARGS) {      \
-        attention_span<STAGE, DOT, VEC, NV>(SPAN_PASS);                                  \
+        attention_span<STAGE, DOT, EDGE, VEC, NV>(SPAN_PASS);                            \
     }
-#define SPAN_ENTRY_POINTS(PREFIX, STAGE, DOT)                  \
-    SPAN_ENTRY_POINT(PREFIX##_span1x1, STAGE, DOT, 1, 1)       \
-    SPAN_ENTRY_POINT(PREFIX##_span1x2, STAGE, DOT, 1, 2)       \
-    SPAN_ENTRY_POINT(PREFIX##_span1x4, STAGE, DOT, 1, 4)       \
-    SPAN_ENTRY_POINT(PREFIX##_span4x1, STAGE, DOT, 4, 1)       \
-    SPAN_ENTRY_POINT(PREFIX##_span4x2, STAGE, DOT, 4, 2)       \
-    SPAN_ENTRY_POINT(PREFIX##_span4x4, STAGE, DOT, 4, 4)
+// Without and with edge data (_edges: edge_feat rows for dot, edge_score terms for gat).
+#define SPAN_ENTRY_POINTS(PREFIX, STAGE, DOT)                              \
+    SPAN_ENTRY_POINT(PREFIX##_span1x1, STAGE, DOT, false, 1, 1)            \
+    SPAN_ENTRY_POINT(PREFIX##_span1x2, STAGE, DOT, false, 1, 2)            \
+    SPAN_ENTRY_POINT(PREFIX##_span1x4, STAGE, DOT, false, 1, 4)            \
+    SPAN_ENTRY_POINT(PREFIX##_span4x1, STAGE, DOT, false, 4, 1)            \
+    SPAN_ENTRY_POINT(PREFIX##_span4x2, STAGE, DOT, false, 4, 2)            \
+    SPAN_ENTRY_POINT(PREFIX##_span4x4, STAGE, DOT, false, 4, 4)            \
+    SPAN_ENTRY_POINT(PREFIX##_span8x1, STAGE, DOT, false, 8, 1)            \
+    SPAN_ENTRY_POINT(PREFIX##_span8x2, STAGE, DOT, false, 8, 2)            \
+    SPAN_ENTRY_POINT(PREFIX##_span1x1_edges, STAGE, DOT, true, 1, 1)       \
+    SPAN_ENTRY_POINT(PREFIX##_span1x2_edges, STAGE, DOT, true, 1, 2)       \
+    SPAN_ENTRY_POINT(PREFIX##_span1x4_edges, STAGE, DOT, true, 1, 4)       \
+    SPAN_ENTRY_POINT(PREFIX##_span4x1_edges, STAGE, DOT, true, 4, 1)       \
+    SPAN_ENTRY_POINT(PREFIX##_span4x2_edges, STAGE, DOT, true, 4, 2)       \
+    SPAN_ENTRY_POINT(PREFIX##_span4x4_edges, STAGE, DOT, true, 4, 4)       \
+    SPAN_ENTRY_POINT(PREFIX##_span8x1_edges, STAGE, DOT, true, 8, 1)       \
+    SPAN_ENTRY_POINT(PREFIX##_span8x2_edges, STAGE, DOT, true, 8, 2)
 SPAN_ENTRY_POINTS(attention_dot_forward, SPAN_FORWARD, true)
 SPAN_ENTRY_POINTS(attention_dot_grad, SPAN_GRAD, true)
 SPAN_ENTRY_POINTS(attention_dot_sources, SPAN_SOURCES, true)

@@ -1,9 +1,8 @@
 """Attention over sparse graphs in CSR form (row = destination node, column = source neighbour)."""
 
 from cupy_csrattn.graph import CSRGraph
+from cupy_csrattn.ops.aggregate import attention_aggregate, attention_aggregate_backward
 from cupy_csrattn.ops.attention import (
-    attention_aggregate,
-    attention_aggregate_backward,
     gat_attention,
     gat_attention_backward,
     graph_attention,

@@ -55,18 +55,21 @@ def float_array(name, x):
     raise TypeError(f"{name} must be a real floating-point array, got dtype {dtype}")
 
 
-def edge_array(name, x, graph, heads="any", heads_of=None):
-    """Check an (E, *S) edge array; returns its trailing shape S (a tuple, () for (E,)).
+def edge_array(name, x, graph, heads="any", heads_of=None, feature_axis=False):
+    """Check an (E, *S) edge array, or an (E, *S, D) one with feature_axis; returns its
+    trailing shape S (a tuple, () for (E,) or (E, D)).
 
     With ``heads`` (a tuple) S must equal it: it is the trailing shape of argument ``heads_of``.
     """
-    if x.ndim < 1:
-        raise ValueError(f"{name} must be (E,) or (E, *S), got shape {x.shape}")
+    if x.ndim < (2 if feature_axis else 1):
+        wanted = "(E, D) or (E, *S, D)" if feature_axis else "(E,) or (E, *S)"
+        raise ValueError(f"{name} must be {wanted}, got shape {x.shape}")
     if x.shape[0] != graph.num_edges:
         raise ValueError(f"{name} has {x.shape[0]} rows, but the graph has {graph.num_edges} edges")
-    found = tuple(x.shape[1:])
+    found = tuple(x.shape[1:-1]) if feature_axis else tuple(x.shape[1:])
     if heads != "any" and found != heads:
-        _mismatch(name, x, found, heads, heads_of, _shape_text(graph.num_edges, heads, ()))
+        tail = ("D",) if feature_axis else ()
+        _mismatch(name, x, found, heads, heads_of, _shape_text(graph.num_edges, heads, tail))
     return found
 
 
@@ -125,8 +128,10 @@ def choice(name, value, options):
 
 
 def result_dtypes(*arrays):
-    """(result dtype, lse dtype) of float inputs: NumPy promotion; lse float32 for float16."""
-    dtype = np.result_type(*[a.dtype for a in arrays])
+    """(result dtype, lse dtype) of float inputs: NumPy promotion; lse float32 for float16.
+
+    None entries (optional inputs not given) take no part."""
+    dtype = np.result_type(*[a.dtype for a in arrays if a is not None])
     lse_dtype = np.dtype(np.float32) if dtype == np.float16 else dtype
     return dtype, lse_dtype
 

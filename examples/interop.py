@@ -22,6 +22,11 @@ Sections, each skipped with the reason when what it needs is missing:
 5. PyG's GATv2Conv layer (share_weights=False, no self loops, no bias) computed with
    gatv2_attention from its own weights: outputs and the gradients of the layer's input and
    attention vector, in float64, on the CPU backend.             needs torch + torch_geometric
+6. PyG's TransformerConv with edge features (edge_dim; no root weight) computed with
+   graph_attention(edge_feat=...), and 7. its GATConv with edge features (edge_dim; no self
+   loops, no bias) with gat_attention(edge_score=...), from the layers' own weights, the graph
+   a scipy COO matrix that keeps PyG's edge order: outputs and the gradients of the node
+   features and of edge_attr, in float64, on the CPU backend.    needs torch + torch_geometric
 
     python3 examples/interop.py
 
@@ -32,6 +37,7 @@ import contextlib
 import sys
 
 import numpy as np
+import scipy.sparse
 
 import cupy_csrattn as ca
 from cupy_csrattn.backend import cupy, gpu_available  # cupy: None without CuPy
@@ -48,9 +54,9 @@ except ImportError:
     jax = jnp = None
 
 try:
-    from torch_geometric.nn import GATv2Conv
+    from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 except ImportError:  # also without torch
-    GATv2Conv = None
+    GATConv = GATv2Conv = TransformerConv = None
 
 HAVE_GPU = gpu_available()  # CuPy and a usable CUDA device (the library's one GPU probe)
 
@@ -321,6 +327,112 @@ def gatv2_conv():
 
 
 # ---------------------------------------------------------------------------------------
+# 6. and 7. PyG's TransformerConv and GATConv with edge features
+
+
+class WithEdgeAttr:
+    """A PyG layer with edge_dim run forward and backward in float64 on 10 nodes (node 9 only
+    sends; a repeated edge 1 -> 0; edges in no particular order), for comparison.
+
+    ``graph`` is a scipy COO matrix (destination, source) whose stored order is edge_index's, so
+    edge arrays go in and come out in PyG's order; ``x``, ``edge_attr`` (NumPy) the inputs,
+    ``out`` (NumPy) the layer's output, ``grad_out`` the gradient fed back, as (N, H, C).
+    """
+
+    num_nodes, in_channels, edge_dim = 10, 5, 3
+
+    def __init__(self, conv, heads, channels):
+        edge_index = torch.tensor(
+            [[0, 1, 2, 3, 4, 5, 6, 7, 8, 1, 1, 3, 5, 9, 1], [1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 4, 4, 4, 2, 0]]
+        )
+        src, dst = edge_index.numpy()
+        self.graph = scipy.sparse.coo_array((np.ones(len(src)), (dst, src)), shape=(self.num_nodes, self.num_nodes))
+        x = torch.randn(self.num_nodes, self.in_channels, dtype=torch.float64, requires_grad=True)
+        edge_attr = torch.randn(len(src), self.edge_dim, dtype=torch.float64, requires_grad=True)
+        out = conv.double()(x, edge_index, edge_attr)
+        grad_out = torch.randn_like(out)
+        out.backward(grad_out)
+        self.x, self.edge_attr = x.detach().numpy(), edge_attr.detach().numpy()
+        self.out, self.grad_out = out.detach().numpy(), grad_out.numpy().reshape(self.num_nodes, heads, channels)
+        self._grads = x.grad.numpy(), edge_attr.grad.numpy()
+
+    def check(self, ours, grad_x, grad_edge_attr):
+        """Our output (N, H, C) and gradients of x and edge_attr against the layer's."""
+        check(np.allclose(ours.reshape(self.num_nodes, -1), self.out, rtol=1e-12, atol=1e-12), "outputs")
+        check(np.allclose(grad_x, self._grads[0], rtol=1e-10, atol=1e-12), "the gradient of the node features")
+        check(np.allclose(grad_edge_attr, self._grads[1], rtol=1e-10, atol=1e-12), "the gradient of edge_attr")
+
+
+def transformer_conv():
+    """TransformerConv's query, key and value (lin_query, lin_key, lin_value of x) are
+    graph_attention's q, k, v, and its projected edge features lin_edge(edge_attr), added to each
+    edge's key and value, are edge_feat; the inputs' gradients go back through the linear maps."""
+    torch.manual_seed(1)
+    heads, channels = 2, 4
+    conv = TransformerConv(
+        WithEdgeAttr.in_channels,
+        channels,
+        heads=heads,
+        concat=True,
+        beta=False,
+        edge_dim=WithEdgeAttr.edge_dim,
+        root_weight=False,
+    )
+    layer = WithEdgeAttr(conv, heads, channels)
+
+    def linear(torch_linear, inputs):
+        """(inputs @ W.T + b as (rows, H, C), W) of a torch Linear layer, in NumPy."""
+        weight = torch_linear.weight.detach().numpy()
+        result = inputs @ weight.T
+        if torch_linear.bias is not None:
+            result = result + torch_linear.bias.detach().numpy()
+        return result.reshape(len(inputs), heads, channels), weight
+
+    (q, w_q), (k, w_k), (v, w_v) = (linear(lin, layer.x) for lin in (conv.lin_query, conv.lin_key, conv.lin_value))
+    edge_feat, w_edge = linear(conv.lin_edge, layer.edge_attr)
+    graph = layer.graph
+    ours, lse = ca.graph_attention(graph, q, k, v, edge_feat=edge_feat, return_lse=True)  # scale 1/sqrt(C)
+    grad_q, grad_k, grad_v, grad_edge_feat = ca.graph_attention_backward(
+        graph, q, k, v, ours, layer.grad_out, lse, edge_feat=edge_feat
+    )
+    grad_x = sum(grad.reshape(len(grad), -1) @ w for grad, w in ((grad_q, w_q), (grad_k, w_k), (grad_v, w_v)))
+    layer.check(ours, grad_x, grad_edge_feat.reshape(len(grad_edge_feat), -1) @ w_edge)
+
+
+def gat_conv():
+    """GATConv's x_h = lin(x) (the message, shared by both sides) gives gat_attention's
+    a_src = <att_src, x_h[s]> and a_dst = <att_dst, x_h[d]>; its edge term
+    <att_edge, lin_edge(edge_attr)> per head is edge_score."""
+    torch.manual_seed(2)
+    heads, channels = 3, 4
+    conv = GATConv(
+        WithEdgeAttr.in_channels,
+        channels,
+        heads=heads,
+        edge_dim=WithEdgeAttr.edge_dim,
+        add_self_loops=False,
+        bias=False,
+        negative_slope=0.2,
+    )
+    layer = WithEdgeAttr(conv, heads, channels)
+    w, w_edge = conv.lin.weight.detach().numpy(), conv.lin_edge.weight.detach().numpy()
+    att_src, att_dst, att_edge = (
+        a.detach().numpy().reshape(heads, channels) for a in (conv.att_src, conv.att_dst, conv.att_edge)
+    )
+    x_h = (layer.x @ w.T).reshape(-1, heads, channels)
+    edge_h = (layer.edge_attr @ w_edge.T).reshape(-1, heads, channels)
+    a_src, a_dst, edge_score = (x_h * att_src).sum(-1), (x_h * att_dst).sum(-1), (edge_h * att_edge).sum(-1)
+    graph = layer.graph
+    ours, lse = ca.gat_attention(graph, a_dst, a_src, x_h, negative_slope=0.2, edge_score=edge_score, return_lse=True)
+    grad_a_dst, grad_a_src, grad_values, grad_edge_score = ca.gat_attention_backward(
+        graph, a_dst, a_src, x_h, ours, layer.grad_out, lse, negative_slope=0.2, edge_score=edge_score
+    )
+    grad_x_h = grad_values + grad_a_src[:, :, None] * att_src + grad_a_dst[:, :, None] * att_dst
+    grad_edge_h = grad_edge_score[:, :, None] * att_edge
+    layer.check(ours, grad_x_h.reshape(len(x_h), -1) @ w, grad_edge_h.reshape(len(edge_h), -1) @ w_edge)
+
+
+# ---------------------------------------------------------------------------------------
 
 
 def main():
@@ -330,6 +442,7 @@ def main():
         f"cupy: {cupy.__version__ if cupy else 'not installed'}; GPU: {'yes' if HAVE_GPU else 'no'}"
     )
     no_torch = "needs PyTorch (pip install torch)"
+    no_pyg = no_torch if torch is None else None if GATv2Conv else "needs torch_geometric (pip install torch_geometric)"
     sections = [
         ("1. PyTorch CPU tensors, zero-copy", torch_cpu, None if torch else no_torch),
         ("2a. autograd.Function + gradcheck (CPU)", lambda: torch_autograd("cpu"), None if torch else no_torch),
@@ -352,11 +465,9 @@ def main():
             if HAVE_GPU and torch.cuda.is_available()
             else "needs CuPy, a GPU and a CUDA build of PyTorch",
         ),
-        (
-            "5. PyG's GATv2Conv",
-            gatv2_conv,
-            no_torch if torch is None else None if GATv2Conv else "needs torch_geometric (pip install torch_geometric)",
-        ),
+        ("5. PyG's GATv2Conv", gatv2_conv, no_pyg),
+        ("6. PyG's TransformerConv with edge features", transformer_conv, no_pyg),
+        ("7. PyG's GATConv with edge features", gat_conv, no_pyg),
     ]
     for title, run, missing in sections:
         print(title)

@@ -12,7 +12,7 @@ import cupy_csrattn.testing.reference as ref
 from cupy_csrattn.ops.registry import OPS
 from cupy_csrattn.testing.arrays import make_graph, to_xp
 from cupy_csrattn.testing.cases import CASE_BY_NAME, check_case
-from cupy_csrattn.testing.compare import array_module_of, check_result, lse_dtype, to_np
+from cupy_csrattn.testing.compare import array_module_of, assert_close, check_result, lse_dtype, to_np
 from cupy_csrattn.testing.graphs import hub, named_graph
 
 # The fused ops: those that return the row-wise lse on request (each has a case of its own name).
@@ -117,3 +117,70 @@ def test_out_poisoned(xp, case_name, H, return_lse):
     else:
         assert result is out
     check_result(xp, out, expected_out, np.float32)
+
+
+# ------------------------------------------------------------------ edge terms
+
+
+def _edge_inputs(rng, graph, op, H, F):
+    """(node inputs, edge keyword, edge array) of graph_attention (q, k, v of one width) or gat_attention."""
+    n_dst, n_src, E = len(graph.indptr) - 1, graph.num_src, len(graph.indices)
+    if op == "graph_attention":
+        nodes = (rng.standard_normal((n_dst, H, F)), rng.standard_normal((n_src, H, F)))
+        return (*nodes, rng.standard_normal((n_src, H, F))), "edge_feat", rng.standard_normal((E, H, F))
+    nodes = (rng.standard_normal((n_dst, H)), rng.standard_normal((n_src, H)))
+    return (*nodes, rng.standard_normal((n_src, H, F))), "edge_score", rng.standard_normal((E, H))
+
+
+@pytest.mark.parametrize("op", ["graph_attention", "gat_attention"])
+def test_zero_edge_terms_change_nothing(xp, op):
+    """Zero edge features (scores) give the results of the call without them, and a zero-free
+    gradient of their own."""
+    graph = named_graph("zero_degree_rows")
+    rng = np.random.default_rng(9)
+    nodes, keyword, edge = _edge_inputs(rng, graph, op, 2, 3)
+    g, nodes = make_graph(xp, graph), to_xp(xp, nodes)
+    zero = xp.zeros(edge.shape)
+    out, lse = getattr(ca, op)(g, *nodes, return_lse=True)
+    out_zero, lse_zero = getattr(ca, op)(g, *nodes, return_lse=True, **{keyword: zero})
+    check_result(xp, out_zero, to_np(out), np.float64)
+    check_result(xp, lse_zero, to_np(lse), np.float64)
+    grad_out = to_xp(xp, rng.standard_normal(out.shape))
+    backward = getattr(ca, op + "_backward")
+    grads = backward(g, *nodes, out, grad_out, lse)
+    grads_zero = backward(g, *nodes, out, grad_out, lse, **{keyword: zero})
+    assert len(grads) == 3 and len(grads_zero) == 4 and grads_zero[3].shape == edge.shape
+    for got, want in zip(grads_zero, grads):
+        check_result(xp, got, to_np(want), np.float64)
+
+
+def test_edge_feat_is_a_key_and_value_of_its_own(xp):
+    """graph_attention with edge_feat equals, without it, the call on the graph whose edge e
+    reads source e of the per-edge keys k[src] + edge_feat and values v[src] + edge_feat."""
+    graph = named_graph("duplicates")
+    rng = np.random.default_rng(10)
+    (q, k, v), _, edge_feat = _edge_inputs(rng, graph, "graph_attention", 2, 4)
+    E = len(graph.indices)
+    per_edge = make_graph(xp, (graph.indptr, np.arange(E, dtype=graph.indices.dtype), E))
+    keys, values = k[graph.indices] + edge_feat, v[graph.indices] + edge_feat
+    want, want_lse = ca.graph_attention(per_edge, *to_xp(xp, (q, keys, values)), scale=0.4, return_lse=True)
+    got, lse = ca.graph_attention(
+        make_graph(xp, graph), *to_xp(xp, (q, k, v)), scale=0.4, edge_feat=to_xp(xp, edge_feat), return_lse=True
+    )
+    check_result(xp, got, to_np(want), np.float64)
+    check_result(xp, lse, to_np(want_lse), np.float64)
+
+
+@pytest.mark.parametrize("op", ["graph_attention", "gat_attention"])
+@pytest.mark.parametrize("edge_dtype,node_dtype", [(np.float32, np.float64), (np.float64, np.float32)])
+def test_edge_terms_take_part_in_promotion(xp, op, edge_dtype, node_dtype):
+    graph = named_graph("odd_sizes")
+    nodes, keyword, edge = _edge_inputs(np.random.default_rng(11), graph, op, 3, 2)
+    nodes, edge = tuple(x.astype(node_dtype) for x in nodes), edge.astype(edge_dtype)
+    g = make_graph(xp, graph)
+    out, lse = getattr(ca, op)(g, *to_xp(xp, nodes), return_lse=True, **{keyword: to_xp(xp, edge)})
+    assert out.dtype == lse.dtype == np.float64
+    grads = getattr(ca, op + "_backward")(g, *to_xp(xp, nodes), out, out, lse, **{keyword: to_xp(xp, edge)})
+    assert all(grad.dtype == np.float64 for grad in grads)
+    expected = getattr(ref, op)(graph.indptr, graph.indices, *nodes, **{keyword: edge})
+    assert_close(out, expected[0], np.float32)  # at the tolerance of the float32 input's rounding

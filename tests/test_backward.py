@@ -32,6 +32,8 @@ BACKWARD = {name: op.forward for name, op in OPS.items() if op.forward is not No
         "spmm_backward",
         "attention_aggregate_backward",
         "gat_attention_backward",
+        "gat_attention_backward_edge_score",
+        "graph_attention_backward_edge_feat",
         "gatv2_attention_backward",
     ],
 )
@@ -78,51 +80,69 @@ def _aggregate_backward_with_lse(g, x, go):
     return {"scores": gs, "values": gv}
 
 
-def _graph_attention_fd(scale):
+def _graph_attention_fd(scale, edge_feat=False):
     kw = {} if scale is None else {"scale": scale}
+    names = ["q", "k", "v", "edge_feat"] if edge_feat else ["q", "k", "v"]
 
     def make(rng, graph, H, F):
-        return {
-            "q": rng.standard_normal(_shape(_n(graph), H, F + 1)),
-            "k": rng.standard_normal(_shape(graph.num_src, H, F + 1)),
+        # with edge_feat, added to the key and the value, q and k have v's width
+        D = F if edge_feat else F + 1
+        x = {
+            "q": rng.standard_normal(_shape(_n(graph), H, D)),
+            "k": rng.standard_normal(_shape(graph.num_src, H, D)),
             "v": rng.standard_normal(_shape(graph.num_src, H, F)),
         }
+        if edge_feat:
+            x["edge_feat"] = rng.standard_normal(_shape(len(graph.indices), H, F))
+        return x
+
+    def given(x):
+        return dict(kw, edge_feat=x["edge_feat"]) if edge_feat else kw
 
     def forward(g, x):
-        return ca.graph_attention(g, x["q"], x["k"], x["v"], **kw)
+        return ca.graph_attention(g, x["q"], x["k"], x["v"], **given(x))
 
     def backward(g, x, go):
-        out, lse = ca.graph_attention(g, x["q"], x["k"], x["v"], return_lse=True, **kw)
-        gq, gk, gv = ca.graph_attention_backward(g, x["q"], x["k"], x["v"], out, go, lse, **kw)
-        return {"q": gq, "k": gk, "v": gv}
+        out, lse = ca.graph_attention(g, x["q"], x["k"], x["v"], return_lse=True, **given(x))
+        return dict(zip(names, ca.graph_attention_backward(g, x["q"], x["k"], x["v"], out, go, lse, **given(x))))
 
-    return FDCase(f"graph_attention_scale={scale}", "graph_attention", make, forward, backward)
+    name = f"graph_attention_scale={scale}" + ("_edge_feat" if edge_feat else "")
+    return FDCase(name, "graph_attention", make, forward, backward)
 
 
-def _gat_fd(slope):
+def _gat_fd(slope, edge_score=False):
     kw = {} if slope is None else {"negative_slope": slope}
+    names = ["a_dst", "a_src", "values", "edge_score"] if edge_score else ["a_dst", "a_src", "values"]
 
     def make(rng, graph, H, F):
-        # a_dst + a_src = integer + 0.7 + small noise: both signs, never within a step of
-        # leaky_relu's kink at 0, where a central difference would straddle it
+        # a_dst + a_src (+ edge_score) = integer + 0.7 + small noise: both signs, never within
+        # a step of leaky_relu's kink at 0, where a central difference would straddle it
         def near_lattice(shape, offset):
             return rng.integers(-2, 3, shape) + offset + 0.05 * rng.standard_normal(shape)
 
-        return {
+        x = {
             "a_dst": near_lattice(_shape(_n(graph), H), 0.3),
             "a_src": near_lattice(_shape(graph.num_src, H), 0.4),
             "values": rng.standard_normal(_shape(graph.num_src, H, F)),
         }
+        if edge_score:
+            x["edge_score"] = near_lattice(_shape(len(graph.indices), H), 0.0)
+        return x
+
+    def given(x):
+        return dict(kw, edge_score=x["edge_score"]) if edge_score else kw
 
     def forward(g, x):
-        return ca.gat_attention(g, x["a_dst"], x["a_src"], x["values"], **kw)
+        return ca.gat_attention(g, x["a_dst"], x["a_src"], x["values"], **given(x))
 
     def backward(g, x, go):
-        out, lse = ca.gat_attention(g, x["a_dst"], x["a_src"], x["values"], return_lse=True, **kw)
-        gd, gs, gv = ca.gat_attention_backward(g, x["a_dst"], x["a_src"], x["values"], out, go, lse, **kw)
-        return {"a_dst": gd, "a_src": gs, "values": gv}
+        out, lse = ca.gat_attention(g, x["a_dst"], x["a_src"], x["values"], return_lse=True, **given(x))
+        grads = ca.gat_attention_backward(g, x["a_dst"], x["a_src"], x["values"], out, go, lse, **given(x))
+        return dict(zip(names, grads))
 
-    return FDCase(f"gat_attention_slope={slope}", "gat_attention", make, forward, backward)
+    return FDCase(
+        f"gat_attention_slope={slope}" + ("_edge_score" if edge_score else ""), "gat_attention", make, forward, backward
+    )
 
 
 def _gatv2_fd(slope):
@@ -232,8 +252,12 @@ FD_CASES = [
     ),
     _graph_attention_fd(None),
     _graph_attention_fd(0.3),
+    _graph_attention_fd(None, edge_feat=True),
+    _graph_attention_fd(0.3, edge_feat=True),
     _gat_fd(None),
     _gat_fd(0.05),
+    _gat_fd(None, edge_score=True),
+    _gat_fd(0.05, edge_score=True),
     _gatv2_fd(None),
     _gatv2_fd(0.05),
 ]

@@ -579,6 +579,19 @@ def test_byte_counts_are_the_gpu_benchmark_formulas():
         assert OPS["spmm_backward"].bytes(graph, dtype, H, F) == backward
 
 
+def test_byte_counts_of_the_edge_terms():
+    """The fused ops' edge arrays: read once by the forward; by the forward and each of the three
+    backward passes, their gradient written once, in a forward + backward count."""
+    graph = datasets.uniform_graph(1000, 7, seed=0)
+    E = graph.num_edges
+    for dtype, H, F in (("float32", 8, 16), ("float16", 1, 64)):
+        isz = np.dtype(dtype).itemsize
+        for op, edge_array in (("graph_attention", E * H * F * isz), ("gat_attention", E * H * isz)):
+            for name, reads_and_writes in ((op, 1), (op + "_backward", 5)):
+                without = OPS[name].bytes(graph, dtype, H, F)
+                assert OPS[name].bytes(graph, dtype, H, F, edge_terms=True) == without + reads_and_writes * edge_array
+
+
 def test_gather_floor_by_hand():
     """The gather floor of cupy_csrattn.bench.fused on a 3 x 4 graph of 5 edges, int32 indices
     (4 bytes), H = 2 heads, F = D = 3, worked out term by term."""
@@ -821,9 +834,9 @@ def test_cpu_fused_backward_formulation(monkeypatch, op):
     dtypes = []
     real_edge_dot = edge_dots.edge_dot
 
-    def recording_edge_dot(graph, dst_feat, src_feat, dtype=None):
+    def recording_edge_dot(graph, dst_feat, src_feat, dtype=None, edge_feat=None):
         dtypes.append("compute dtype" if dtype is None else np.dtype(dtype).name)
-        return real_edge_dot(graph, dst_feat, src_feat, dtype=dtype)
+        return real_edge_dot(graph, dst_feat, src_feat, dtype=dtype, edge_feat=edge_feat)
 
     monkeypatch.setattr(edge_dots, "edge_dot", recording_edge_dot)
     backward = OPS[op + "_backward"].function

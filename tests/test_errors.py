@@ -427,6 +427,51 @@ def test_graph_attention_backward_grad_out_wrong_shape(xp):
     )
 
 
+# edge_feat: added to the key and the value, so q, k and v share its width (D = F here)
+def _qkv_one_width():
+    return _r(N_DST, H, F), _r(N_SRC, H, F), _r(N_SRC, H, F)
+
+
+@pytest.mark.parametrize(
+    "shape,match",
+    [
+        ((E + 1, H, F), r"edge_feat has 38 rows, but the graph has 37 edges"),
+        ((E, H + 1, F), r"edge_feat has shape .* but q has trailing shape \(3,\)"),
+        ((E, F), r"edge_feat has shape .* but q has trailing shape \(3,\)"),
+        ((E,), r"edge_feat must be \(E, D\) or \(E, \*S, D\)"),
+        ((E, H, F + 1), r"edge_feat has 5 features in its last axis, but v has 4"),
+    ],
+    ids=["rows", "heads", "no_heads", "no_feature_axis", "width"],
+)
+def test_graph_attention_edge_feat_wrong_shape(xp, shape, match):
+    _raises(xp, ValueError, match, "graph_attention", *_qkv_one_width(), edge_feat=_r(*shape))
+
+
+def test_graph_attention_edge_feat_needs_q_of_v_width(xp):
+    q, k, v = _r(N_DST, H, D), _r(N_SRC, H, D), _r(N_SRC, H, F)
+    _raises(
+        xp,
+        ValueError,
+        r"edge_feat has 4 features in its last axis, but q has 5",
+        "graph_attention",
+        q,
+        k,
+        v,
+        edge_feat=_r(E, H, F),
+    )
+
+
+def test_graph_attention_integer_edge_feat(xp):
+    edge_feat = np.ones((E, H, F), np.int32)
+    _raises(xp, TypeError, "edge_feat", "graph_attention", *_qkv_one_width(), edge_feat=edge_feat)
+
+
+def test_graph_attention_backward_edge_feat_wrong_rows(xp):
+    q, k, v = _qkv_one_width()
+    saved = (_r(N_DST, H, F), _r(N_DST, H, F), _r(N_DST, H))
+    _raises(xp, ValueError, "edge_feat", "graph_attention_backward", q, k, v, *saved, edge_feat=_r(E - 1, H, F))
+
+
 # ------------------------------------------------------------------ gat_attention
 
 
@@ -468,6 +513,32 @@ def test_gat_backward_lse_wrong_shape(xp):
         _r(N_DST, H, F),
         _r(N_DST + 1, H),
     )
+
+
+@pytest.mark.parametrize(
+    "shape,match",
+    [
+        ((E - 1, H), r"edge_score has 36 rows, but the graph has 37 edges"),
+        ((E, H + 1), r"edge_score has shape .* but a_dst has trailing shape \(3,\)"),
+        ((E,), r"edge_score has shape .* but a_dst has trailing shape \(3,\)"),
+        ((E, H, 1), r"edge_score has shape .* but a_dst has trailing shape \(3,\)"),
+    ],
+    ids=["rows", "heads", "no_heads", "extra_axis"],
+)
+def test_gat_edge_score_wrong_shape(xp, shape, match):
+    _raises(xp, ValueError, match, "gat_attention", _r(N_DST, H), _r(N_SRC, H), _r(N_SRC, H, F), edge_score=_r(*shape))
+
+
+def test_gat_integer_edge_score(xp):
+    edge_score = np.ones((E, H), np.int64)
+    _raises(
+        xp, TypeError, "edge_score", "gat_attention", _r(N_DST, H), _r(N_SRC, H), _r(N_SRC, H, F), edge_score=edge_score
+    )
+
+
+def test_gat_backward_edge_score_wrong_heads(xp):
+    args = (_r(N_DST, H), _r(N_SRC, H), _r(N_SRC, H, F), _r(N_DST, H, F), _r(N_DST, H, F), _r(N_DST, H))
+    _raises(xp, ValueError, "edge_score", "gat_attention_backward", *args, edge_score=_r(E, H - 1))
 
 
 # ------------------------------------------------------------------ gatv2_attention

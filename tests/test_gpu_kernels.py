@@ -309,3 +309,69 @@ def test_softmax_by_source_matches_cpu(cupy, plan_limits, dtype, index_dtype, he
     probs = np.nan_to_num(want).astype(dtype)
     got = ca.edge_softmax_backward(gg, cupy.asarray(probs), cupy.asarray(grad_probs), norm_by="src")
     _close(got, ca.edge_softmax_backward(g, probs, grad_probs, norm_by="src"), dtype)
+
+
+def test_edge_data_outside_the_head_span_kernels_is_refused(cupy):
+    """Edge data runs on the head-span kernels only: 40 heads (more than a warp's lanes) with
+    edge_feat or edge_score is a ValueError naming the argument, before any launch."""
+    rng = np.random.default_rng(8)
+    g = _graph(rng, np.int32, hub=20).to_gpu()
+    H, D = 40, 4
+    q = cupy.asarray(rng.standard_normal((g.num_dst, H, D)).astype(np.float32))
+    k = cupy.asarray(rng.standard_normal((g.num_src, H, D)).astype(np.float32))
+    edge_feat = cupy.asarray(rng.standard_normal((g.num_edges, H, D)).astype(np.float32))
+    with pytest.raises(ValueError, match="edge_feat"):
+        ca.graph_attention(g, q, k, k, edge_feat=edge_feat)
+    a = cupy.asarray(rng.standard_normal((g.num_dst, H)).astype(np.float32))
+    edge_score = cupy.asarray(rng.standard_normal((g.num_edges, H)).astype(np.float32))
+    with pytest.raises(ValueError, match="edge_score"):
+        ca.gat_attention(g, a, a[: g.num_src], k, edge_score=edge_score)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("heads,features", [(None, 3), (1, 64), (3, 5), (8, 16), (4, 64), ((2, 1), 16)], ids=str)
+def test_fused_edge_data_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
+    """graph_attention with edge_feat and gat_attention with edge_score, forward and backward
+    (the edge gradients included), against the CPU backend, under every plan."""
+    rng = np.random.default_rng(6)
+    g = _graph(rng, index_dtype)
+    gg = g.to_gpu()
+    inputs = _fused_inputs(rng, g, heads, features, features, dtype)
+    edge_data = {
+        "graph_attention": ("edge_feat", rng.standard_normal((g.num_edges, *trailing_shape(heads), features))),
+        "gat_attention": ("edge_score", rng.standard_normal((g.num_edges, *trailing_shape(heads))) * 2),
+    }
+    for op, (name, edge) in edge_data.items():
+        forward, backward = getattr(ca, op), getattr(ca, op + "_backward")
+        arrays = {**inputs[op], name: edge.astype(dtype)}
+        gpu_arrays = {key: cupy.asarray(x) for key, x in arrays.items()}
+        want_out, want_lse = forward(g, **arrays, return_lse=True)
+        got_out, got_lse = forward(gg, **gpu_arrays, return_lse=True)
+        _close(got_out, want_out, dtype)
+        finite = np.isfinite(want_lse)
+        assert np.array_equal(np.isfinite(cupy.asnumpy(got_lse)), finite)
+        _close(cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
+        grad_out = rng.standard_normal(want_out.shape).astype(dtype)
+        positional = list(inputs[op])
+        wide = {key: x.astype(np.float64) for key, x in arrays.items()}
+        wants = backward(
+            g,
+            *[wide[k] for k in positional],
+            want_out.astype(np.float64),
+            grad_out.astype(np.float64),
+            want_lse.astype(np.float64),
+            **{name: wide[name]},
+        )
+        gots = backward(
+            gg,
+            *[gpu_arrays[k] for k in positional],
+            cupy.asarray(want_out),
+            cupy.asarray(grad_out),
+            cupy.asarray(want_lse),
+            **{name: gpu_arrays[name]},
+        )
+        assert len(gots) == len(wants) == 4
+        for got, want in zip(gots, wants):
+            assert got.shape == want.shape
+            _close(got, want, dtype)

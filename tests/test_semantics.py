@@ -446,6 +446,51 @@ def test_sparse_graph_edge_arrays_follow_stored_order(xp, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_sparse_graph_edge_terms_follow_stored_order(xp, fmt):
+    """edge_feat and edge_score in A.data order, and their gradients returned in that order."""
+    A = _build_sparse(xp, fmt, "matrix")
+    graph, perm = _reference_graph(A)
+    rng = np.random.default_rng(18)
+    E, n_dst, n_src = len(perm), A.shape[0], A.shape[1]
+    q, k, v = rng.standard_normal((n_dst, 2, 3)), rng.standard_normal((n_src, 2, 3)), rng.standard_normal((n_src, 2, 3))
+    edge_feat = rng.standard_normal((E, 2, 3))  # in A.data order
+    grad_out = rng.standard_normal((n_dst, 2, 3))
+    out, lse = ca.graph_attention(A, *to_xp(xp, (q, k, v)), edge_feat=to_xp(xp, edge_feat), return_lse=True)
+    check_result(
+        xp, out, ref.graph_attention(graph.indptr, graph.indices, q, k, v, edge_feat=edge_feat[perm])[0], np.float64
+    )
+    grads = ca.graph_attention_backward(
+        A, *to_xp(xp, (q, k, v)), out, to_xp(xp, grad_out), lse, edge_feat=to_xp(xp, edge_feat)
+    )
+    expected = ref.graph_attention_backward(graph.indptr, graph.indices, q, k, v, grad_out, edge_feat=edge_feat[perm])
+    for got, want in zip(grads[:3], expected[:3]):
+        check_result(xp, got, want, np.float64)
+    check_result(xp, grads[3], _to_data_order(expected[3], perm), np.float64)
+
+    a_dst, a_src, edge_score = (
+        rng.standard_normal((n_dst, 2)),
+        rng.standard_normal((n_src, 2)),
+        rng.standard_normal((E, 2)),
+    )
+    out, lse = ca.gat_attention(A, *to_xp(xp, (a_dst, a_src, v)), edge_score=to_xp(xp, edge_score), return_lse=True)
+    check_result(
+        xp,
+        out,
+        ref.gat_attention(graph.indptr, graph.indices, a_dst, a_src, v, edge_score=edge_score[perm])[0],
+        np.float64,
+    )
+    grads = ca.gat_attention_backward(
+        A, *to_xp(xp, (a_dst, a_src, v)), out, to_xp(xp, grad_out), lse, edge_score=to_xp(xp, edge_score)
+    )
+    expected = ref.gat_attention_backward(
+        graph.indptr, graph.indices, a_dst, a_src, v, grad_out, edge_score=edge_score[perm]
+    )
+    for got, want in zip(grads[:3], expected[:3]):
+        check_result(xp, got, want, np.float64)
+    check_result(xp, grads[3], _to_data_order(expected[3], perm), np.float64)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
 def test_sparse_spmm_uses_data_when_weights_none(xp, fmt):
     """weights=None with a matrix as the graph means its data (spmm(A, None, X) == A @ X; issue 13)."""
     A = _build_sparse(xp, fmt, "matrix")

@@ -21,13 +21,14 @@ ALIGNED = [_array(4096), _array(8192)]
     [
         (8, 16, 16, (4, 4, 1)),  # 4 lanes per head, one 4-element vector each
         (4, 64, 64, (8, 4, 2)),
-        (1, 64, 64, (32, 4, 1)),  # lanes 16-31 hold nothing
+        (1, 64, 64, (16, 4, 1)),  # 16 lanes cover the head: two edge groups per warp
         (3, 5, 3, (8, 1, 1)),  # 3 heads take the lanes of 4; odd widths load element by element
         (32, 16, 16, (1, 4, 4)),
         (32, 32, 32, None),  # a lane would need 32 elements
         (33, 4, 4, None),  # more heads than lanes
         (1, 150, 2, None),  # odd widths: at most 4 elements per lane
         (8, 0, 16, (4, 4, 1)),  # gat: no q or k rows
+        (2, 3, 3, (4, 1, 1)),  # 4 lanes cover a head of 3: four edge groups
     ],
 )
 def test_span_shape(heads, depth, features, want):
@@ -36,3 +37,11 @@ def test_span_shape(heads, depth, features, want):
 
 def test_misaligned_rows_load_element_by_element():
     assert _span_shape(8, 16, 16, [_array(4096), _array(4100)]) == (4, 1, 4)
+
+
+def test_float16_loads_16_bytes_and_takes_more_edge_groups():
+    halves = [_array(4096, np.float16), _array(8192, np.float16)]
+    assert _span_shape(8, 16, 16, halves) == (2, 8, 1)  # two edge groups of 16 lanes
+    assert _span_shape(4, 64, 64, halves) == (8, 8, 1)
+    assert _span_shape(8, 12, 12, halves) == (4, 4, 1)  # widths not divisible by 8: 8-byte loads
+    assert _span_shape(8, 16, 16, [_array(4096, np.float16), _array(4104, np.float16)]) == (4, 4, 1)

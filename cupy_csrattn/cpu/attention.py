@@ -4,6 +4,12 @@ Forward: scores per edge, row softmax, weighted gather-sum. Backward recomputes 
 probabilities from lse; with dp[e] = <grad_out[dst], values[src]> and
 D[d] = sum_e p[e] dp[e], the grad of the scores is p * (dp - D).
 
+Edge terms. graph_attention's edge_feat (E, H, D) is added to the key and the value of each
+edge: the scores and dp take <x[dst], node[src] + edge_feat[e]> (edge_dots.edge_dot), and the
+weighted sums over a row add sum_e w[e] * edge_feat[e] (segment_sums.segment_sum with weights)
+to the gather-sum of the node rows. gat_attention's edge_score (E, H) is added to the logits;
+its gradient is the logits' gradient itself.
+
 The CPU backward of the fused ops takes D as the GPU kernels do, D[d] = <grad_out[d], out[d]>
 (one dot product per row, in float64), so that both backends compute the same function of
 their arguments: with a float16 ``out`` the two definitions of D differ by out's rounding,
@@ -25,11 +31,24 @@ def _aggregate(graph, scores, values, out, lse):
     segment_sums.gather_sum(graph, probs, values, out)
 
 
-def score_grads(graph, probs, grad_out, values, out):
-    """float64 p * (dp - D) with dp = <grad_out[dst], values[src]> in the compute dtype and
-    D = <grad_out[d], out[d]> in float64 (as the GPU kernels take it)."""
+def score_grads(graph, probs, grad_out, values, out, edge_feat=None):
+    """float64 p * (dp - D) with dp = <grad_out[dst], values[src] + edge_feat[e]> (edge_feat
+    zero when None) in the compute dtype and D = <grad_out[d], out[d]> in float64 (as the GPU
+    kernels take it)."""
     row_dot = edge_dots.feature_dot(np.asarray(out, dtype=np.float64), np.asarray(grad_out, dtype=np.float64))
-    return segment_softmax.softmax_grad(graph, probs, edge_dots.edge_dot(graph, grad_out, values), row_dot=row_dot)
+    grad_probs = edge_dots.edge_dot(graph, grad_out, values, edge_feat=edge_feat)
+    return segment_softmax.softmax_grad(graph, probs, grad_probs, row_dot=row_dot)
+
+
+def _messages_sum(graph, weights, values, edge_feat, out):
+    """out[d] = sum over the edges e of row d of weights[e] * (values[src(e)] + edge_feat[e])
+    per head (edge_feat zero when None), summed in the compute dtype and rounded to out's once."""
+    if edge_feat is None:
+        segment_sums.gather_sum(graph, weights, values, out)
+        return
+    total = segment_sums.segment_sum(graph, edge_feat, weights=weights)
+    total += segment_sums.gather_sum(graph, weights, values, np.empty_like(total))
+    segment_sums.write(out, total)
 
 
 def attention_aggregate(graph, scores, values, out, lse):
@@ -46,30 +65,52 @@ def attention_aggregate_backward(graph, scores, values, grad_out, lse, grad_scor
     segment_sums.gather_sum(graph, probs, grad_out, grad_values, transpose=True)
 
 
-def _dot_scores(graph, q, k, scale):
-    scores = edge_dots.edge_dot(graph, q, k)
+def _dot_scores(graph, q, k, scale, edge_feat):
+    scores = edge_dots.edge_dot(graph, q, k, edge_feat=edge_feat)
     scores *= scale
     return scores
 
 
-def graph_attention(graph, q, k, v, scale, out, lse):
-    _aggregate(graph, _dot_scores(graph, q, k, scale), v, out, lse)
+def graph_attention(graph, q, k, v, scale, out, lse, edge_feat=None):
+    probs = segment_softmax.softmax(graph, _dot_scores(graph, q, k, scale, edge_feat), lse=lse)
+    _messages_sum(graph, probs, v, edge_feat, out)
 
 
-def graph_attention_backward(graph, q, k, v, out, grad_out, lse, scale, grad_q, grad_k, grad_v):
-    probs = segment_softmax.probs_from_lse(graph, _dot_scores(graph, q, k, scale), lse)
+def graph_attention_backward(
+    graph, q, k, v, out, grad_out, lse, scale, grad_q, grad_k, grad_v, edge_feat=None, grad_edge_feat=None
+):
+    probs = segment_softmax.probs_from_lse(graph, _dot_scores(graph, q, k, scale, edge_feat), lse)
     # Scaled in float64 and rounded to the compute dtype in one pass.
     grad_scores = np.empty_like(probs)
-    np.multiply(score_grads(graph, probs, grad_out, v, out), scale, out=grad_scores, casting="same_kind")
-    segment_sums.gather_sum(graph, grad_scores, k, grad_q)
+    np.multiply(score_grads(graph, probs, grad_out, v, out, edge_feat), scale, out=grad_scores, casting="same_kind")
+    _messages_sum(graph, grad_scores, k, edge_feat, grad_q)
     segment_sums.gather_sum(graph, grad_scores, q, grad_k, transpose=True)
     segment_sums.gather_sum(graph, probs, grad_out, grad_v, transpose=True)
+    if grad_edge_feat is not None:
+        _edge_feat_grad(graph, grad_scores, q, probs, grad_out, grad_edge_feat)
 
 
-def _gat_logits(graph, a_dst, a_src):
-    dtype = backend.accumulation_dtype(np.result_type(a_dst, a_src))
+def _edge_feat_grad(graph, grad_scores, q, probs, grad_out, out):
+    """out[e] = grad_scores[e] * q[dst(e)] + probs[e] * grad_out[dst(e)] per head (the edge
+    feature enters the key and the value), a row block at a time in the compute dtype."""
+    dtype = backend.accumulation_dtype(np.result_type(grad_scores, q, probs, grad_out))
+    heads, features = out.shape[1], out.shape[2]
+    for block in segment_sums.row_blocks(graph, heads * features):
+        key_terms = np.repeat(q[block.rows], block.degrees, axis=0).astype(dtype)
+        key_terms *= grad_scores[block.edges, :, None]
+        value_terms = np.repeat(grad_out[block.rows], block.degrees, axis=0).astype(dtype)
+        value_terms *= probs[block.edges, :, None]
+        key_terms += value_terms
+        out[block.edges] = key_terms
+
+
+def _gat_logits(graph, a_dst, a_src, edge_score):
+    optional = () if edge_score is None else (edge_score,)
+    dtype = backend.accumulation_dtype(np.result_type(a_dst, a_src, *optional))
     logits = segment_sums.expand_rows(graph, np.asarray(a_dst, dtype=dtype))
     logits += np.take(np.asarray(a_src, dtype=dtype), graph.indices, axis=0)
+    if edge_score is not None:
+        logits += edge_score
     return logits
 
 
@@ -95,15 +136,27 @@ def leaky_relu_grad_factor(z, negative_slope):
     return factor
 
 
-def gat_attention(graph, a_dst, a_src, values, negative_slope, out, lse):
-    scores = leaky_relu(_gat_logits(graph, a_dst, a_src), negative_slope)
+def gat_attention(graph, a_dst, a_src, values, negative_slope, out, lse, edge_score=None):
+    scores = leaky_relu(_gat_logits(graph, a_dst, a_src, edge_score), negative_slope)
     _aggregate(graph, scores, values, out, lse)
 
 
 def gat_attention_backward(
-    graph, a_dst, a_src, values, out, grad_out, lse, negative_slope, grad_a_dst, grad_a_src, grad_values
+    graph,
+    a_dst,
+    a_src,
+    values,
+    out,
+    grad_out,
+    lse,
+    negative_slope,
+    grad_a_dst,
+    grad_a_src,
+    grad_values,
+    edge_score=None,
+    grad_edge_score=None,
 ):
-    logits = _gat_logits(graph, a_dst, a_src)
+    logits = _gat_logits(graph, a_dst, a_src, edge_score)
     probs = segment_softmax.probs_from_lse(graph, leaky_relu(logits, negative_slope), lse)
     grad_logits = score_grads(graph, probs, grad_out, values, out)
     grad_logits *= leaky_relu_grad_factor(logits, negative_slope)
@@ -111,3 +164,5 @@ def gat_attention_backward(
     segment_sums.write(grad_a_dst, segment_sums.segment_sum(graph, grad_logits))
     segment_sums.write(grad_a_src, segment_sums.source_sum(graph, grad_logits))
     segment_sums.gather_sum(graph, probs, grad_out, grad_values, transpose=True)
+    if grad_edge_score is not None:
+        segment_sums.write(grad_edge_score, grad_logits)

@@ -1,6 +1,7 @@
 """Dot products over the feature axis, by default in the compute dtype (see segment_sums):
 per edge (``edge_dot``: sddmm, graph attention's scores, the gradients of edge weights and
-scores) and per node (``feature_dot``).
+scores, each optionally with an edge feature added to the source side) and per node
+(``feature_dot``).
 
 Nothing of size (E, F) or (E, H, F) is ever materialized: per-edge dot products gather
 features in blocks of edges bounded by ``_DOT_BLOCK_ELEMENTS``. Feature axes are summed
@@ -44,22 +45,26 @@ def feature_dot(a, b, out=None):
     return out
 
 
-def edge_dot(graph, dst_feat, src_feat, dtype=None):
-    """(E, H): <dst_feat[dst(e), h], src_feat[src(e), h]> over the last axis, in edge blocks.
+def edge_dot(graph, dst_feat, src_feat, dtype=None, edge_feat=None):
+    """(E, H): <dst_feat[dst(e), h], src_feat[src(e), h]> over the last axis, in edge blocks;
+    with edge_feat (E, H, F), <dst_feat[dst(e), h], src_feat[src(e), h] + edge_feat[e, h]>.
 
     Computed in ``dtype``, by default the compute dtype (see ``feature_dot``); gathered
     blocks are converted to it, the node arrays are not. A block's destination features
     are copied row by row with np.repeat (edges are grouped by row), faster than a gather.
     """
-    source_dtype = accumulation_dtype(np.result_type(dst_feat, src_feat))
+    optional = () if edge_feat is None else (edge_feat,)
+    source_dtype = accumulation_dtype(np.result_type(dst_feat, src_feat, *optional))
     dtype = source_dtype if dtype is None else np.dtype(dtype)
     dst_feat, src_feat = np.asarray(dst_feat, dtype=source_dtype), np.asarray(src_feat, dtype=source_dtype)
     heads, features = dst_feat.shape[1], dst_feat.shape[2]
     result = np.empty((graph.num_edges, heads), dtype=dtype)
     for edges, dst_rows in edge_blocks(graph, dst_feat, heads * features):
         dst = dst_rows.astype(dtype, copy=False)
-        src = np.take(src_feat, graph.indices[edges], axis=0).astype(dtype, copy=False)
-        feature_dot(dst, src, out=result[edges])
+        src = np.take(src_feat, graph.indices[edges], axis=0)  # a new array: added to in place
+        if edge_feat is not None:
+            src += edge_feat[edges]
+        feature_dot(dst, src.astype(dtype, copy=False), out=result[edges])
     return result
 
 

@@ -29,6 +29,8 @@ Nothing of size (E, F) or (E, H, F) is ever materialized: sparse products work o
 blocks).
 """
 
+import math
+
 import numpy as np
 import scipy.sparse
 
@@ -231,13 +233,22 @@ def row_blocks(graph, heads):
 # -- row reductions -----------------------------------------------------------------------
 
 
-def segment_sum(graph, x):
-    """(N, H) row sums of an (E, H) array in its compute dtype; 0 for empty rows."""
-    x = as_compute(x)
-    blocks = row_blocks(graph, x.shape[1])
-    result = np.empty((graph.num_dst, x.shape[1]), dtype=x.dtype)
+def segment_sum(graph, x, weights=None):
+    """(N, H) row sums of an (E, H) array in its compute dtype; 0 for empty rows.
+
+    With weights (E, H) and x (E, H, F): the (N, H, F) row sums of weights[e, h] * x[e, h, :],
+    the products formed a row block at a time.
+    """
+    dtype = accumulation_dtype(x.dtype if weights is None else np.result_type(x, weights))
+    width = math.prod(x.shape[1:])
+    blocks = row_blocks(graph, width)
+    result = np.empty((graph.num_dst, *x.shape[1:]), dtype=dtype)
     for block in blocks:
-        result[block.rows] = blocks.row_sums(block, x[block.edges])
+        terms = np.asarray(x[block.edges], dtype=dtype)
+        if weights is not None:
+            terms = terms * weights[block.edges, :, None]
+        sums = blocks.row_sums(block, terms.reshape(len(terms), width))
+        result[block.rows] = sums.reshape(len(block.degrees), *x.shape[1:])
     return result
 
 

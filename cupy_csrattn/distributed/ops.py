@@ -21,7 +21,8 @@ from cupy_csrattn.distributed.graph import DEFAULT_TIMEOUT
 from cupy_csrattn.ops.registry import OPS
 
 # By op name: (name, side[, "keyword"]) of each array argument after the graph, in the op's
-# order ("keyword": the op takes it by keyword), and the side of each result.
+# order ("keyword": the op takes it by keyword), and the side of each result (the trailing
+# ones only when the op returns them: an edge input's gradient only when it is given).
 SIGNATURES = {
     "edge_softmax": ((("scores", "edge"),), ("edge",)),
     "edge_softmax_backward": ((("probs", "edge"), ("grad_probs", "edge")), ("edge",)),
@@ -34,15 +35,37 @@ SIGNATURES = {
         (("scores", "edge"), ("values", "src"), ("grad_out", "dst"), ("lse", "dst", "keyword")),
         ("edge", "src"),
     ),
-    "graph_attention": ((("q", "dst"), ("k", "src"), ("v", "src")), ("dst", "dst")),
-    "graph_attention_backward": (
-        (("q", "dst"), ("k", "src"), ("v", "src"), ("out", "dst"), ("grad_out", "dst"), ("lse", "dst")),
-        ("dst", "src", "src"),
+    "graph_attention": (
+        (("q", "dst"), ("k", "src"), ("v", "src"), ("edge_feat", "edge", "keyword")),
+        ("dst", "dst"),
     ),
-    "gat_attention": ((("a_dst", "dst"), ("a_src", "src"), ("values", "src")), ("dst", "dst")),
+    "graph_attention_backward": (
+        (
+            ("q", "dst"),
+            ("k", "src"),
+            ("v", "src"),
+            ("out", "dst"),
+            ("grad_out", "dst"),
+            ("lse", "dst"),
+            ("edge_feat", "edge", "keyword"),
+        ),
+        ("dst", "src", "src", "edge"),
+    ),
+    "gat_attention": (
+        (("a_dst", "dst"), ("a_src", "src"), ("values", "src"), ("edge_score", "edge", "keyword")),
+        ("dst", "dst"),
+    ),
     "gat_attention_backward": (
-        (("a_dst", "dst"), ("a_src", "src"), ("values", "src"), ("out", "dst"), ("grad_out", "dst"), ("lse", "dst")),
-        ("dst", "src", "src"),
+        (
+            ("a_dst", "dst"),
+            ("a_src", "src"),
+            ("values", "src"),
+            ("out", "dst"),
+            ("grad_out", "dst"),
+            ("lse", "dst"),
+            ("edge_score", "edge", "keyword"),
+        ),
+        ("dst", "src", "src", "edge"),
     ),
     "gatv2_attention": ((("x_dst", "dst"), ("x_src", "src"), ("att", "param")), ("dst", "dst")),
     "gatv2_attention_backward": (
@@ -100,30 +123,38 @@ def attention_aggregate_backward(graph, scores, values, grad_out, *, lse=None, t
     return _run("attention_aggregate_backward", graph, [scores, values, grad_out, lse], {}, timeout)
 
 
-def graph_attention(graph, q, k, v, *, scale=None, return_lse=False, timeout=DEFAULT_TIMEOUT):
+def graph_attention(graph, q, k, v, *, scale=None, edge_feat=None, return_lse=False, timeout=DEFAULT_TIMEOUT):
     """Distributed ``cupy_csrattn.graph_attention``: q (num_dst, [H,] D), k (num_src, [H,] D),
-    v (num_src, [H,] F) -> out (num_dst, [H,] F) [, lse]."""
-    return _run("graph_attention", graph, [q, k, v], {"scale": scale, "return_lse": return_lse}, timeout)
+    v (num_src, [H,] F), edge_feat (E, [H,] D) or None -> out (num_dst, [H,] F) [, lse]."""
+    kwargs = {"scale": scale, "return_lse": return_lse}
+    return _run("graph_attention", graph, [q, k, v, edge_feat], kwargs, timeout)
 
 
-def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None, timeout=DEFAULT_TIMEOUT):
-    """Distributed ``cupy_csrattn.graph_attention_backward``: -> (grad_q, grad_k, grad_v)."""
-    return _run("graph_attention_backward", graph, [q, k, v, out, grad_out, lse], {"scale": scale}, timeout)
+def graph_attention_backward(
+    graph, q, k, v, out, grad_out, lse, *, scale=None, edge_feat=None, timeout=DEFAULT_TIMEOUT
+):
+    """Distributed ``cupy_csrattn.graph_attention_backward``: -> (grad_q, grad_k, grad_v[, grad_edge_feat])."""
+    arrays = [q, k, v, out, grad_out, lse, edge_feat]
+    return _run("graph_attention_backward", graph, arrays, {"scale": scale}, timeout)
 
 
-def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, return_lse=False, timeout=DEFAULT_TIMEOUT):
+def gat_attention(
+    graph, a_dst, a_src, values, *, negative_slope=0.2, edge_score=None, return_lse=False, timeout=DEFAULT_TIMEOUT
+):
     """Distributed ``cupy_csrattn.gat_attention``: a_dst (num_dst, [H]), a_src (num_src, [H]),
-    values (num_src, [H,] F) -> out (num_dst, [H,] F) [, lse]."""
+    values (num_src, [H,] F), edge_score (E, [H]) or None -> out (num_dst, [H,] F) [, lse]."""
     kwargs = {"negative_slope": negative_slope, "return_lse": return_lse}
-    return _run("gat_attention", graph, [a_dst, a_src, values], kwargs, timeout)
+    return _run("gat_attention", graph, [a_dst, a_src, values, edge_score], kwargs, timeout)
 
 
 def gat_attention_backward(
-    graph, a_dst, a_src, values, out, grad_out, lse, *, negative_slope=0.2, timeout=DEFAULT_TIMEOUT
+    graph, a_dst, a_src, values, out, grad_out, lse, *, negative_slope=0.2, edge_score=None, timeout=DEFAULT_TIMEOUT
 ):
-    """Distributed ``cupy_csrattn.gat_attention_backward``: -> (grad_a_dst, grad_a_src, grad_values)."""
+    """Distributed ``cupy_csrattn.gat_attention_backward``: -> (grad_a_dst, grad_a_src, grad_values[,
+    grad_edge_score])."""
     kwargs = {"negative_slope": negative_slope}
-    return _run("gat_attention_backward", graph, [a_dst, a_src, values, out, grad_out, lse], kwargs, timeout)
+    arrays = [a_dst, a_src, values, out, grad_out, lse, edge_score]
+    return _run("gat_attention_backward", graph, arrays, kwargs, timeout)
 
 
 def gatv2_attention(graph, x_dst, x_src, att, *, negative_slope=0.2, return_lse=False, timeout=DEFAULT_TIMEOUT):

@@ -68,33 +68,61 @@ def _score_args(a, b, c, lse=None, grad_out=None, v=None, row_dot=None):
 SPAN_STAGES = {"forward", "grad", "sources"}
 
 
+# NV (vectors per lane) of the head-span kernels for each VEC (elements per load).
+SPAN_VECTORS = {1: (1, 2, 4), 4: (1, 2, 4), 8: (1, 2)}
+
+
+def _span_vector(width_gcd, arrays):
+    """VEC of the head-span loads: 16 bytes of float16 (8) where the widths and the arrays
+    allow, else 4 elements (the widest of vector_width), else 1."""
+    if all(a.dtype.itemsize == 2 and a.data.ptr % 16 == 0 for a in arrays) and width_gcd % 8 == 0:
+        return 8
+    return 4 if vector_width(width_gcd, *arrays) == 4 else 1
+
+
 def _span_shape(heads, depth, features, arrays):
     """(S, VEC, NV) of the head-span kernels (attention.cu) for node rows of ``depth`` (q, k;
     0 for "gat") and ``features`` (v, grad_out) elements per head, or None where they do not
-    apply: more heads than lanes, or rows wider than S * VEC * NV with NV <= 4."""
+    apply: more heads than lanes, or rows wider than S * VEC * NV with NV at most 4 (2 for
+    VEC = 8). S, the lanes per head, is the fewest whose loads cover a head's row, so that the
+    rest of the warp takes other edges at once (edge groups)."""
     if heads > MAX_BATCHED_HEADS:
         return None
-    lanes = WARP // (1 << (heads - 1).bit_length())  # S: lanes per head
-    vec = 4 if vector_width(math.gcd(depth, features), *arrays) == 4 else 1
-    for nv in (1, 2, 4):
-        if lanes * vec * nv >= max(depth, features):
+    max_lanes = WARP // (1 << (heads - 1).bit_length())
+    width = max(depth, features)
+    vec = _span_vector(math.gcd(depth, features), arrays)
+    lanes = min(max_lanes, 1 << max(-(-width // vec) - 1, 0).bit_length())
+    for nv in SPAN_VECTORS[vec]:
+        if lanes * vec * nv >= width:
             return lanes, vec, nv
     return None
 
 
-def _span_for(stage, a, b, v, grad_out=None):
+def _span_for(stage, a, b, v, grad_out=None, edge=None, edge_name=None):
     """(S, VEC, NV) of the head-span kernel of ``stage`` for these arrays, or None where it
-    does not run (see _span_shape; a stage left out of SPAN_STAGES)."""
-    if stage not in SPAN_STAGES:
+    does not run (see _span_shape; a stage left out of SPAN_STAGES). Edge data (``edge``, the
+    argument ``edge_name``) runs only there: a ValueError where the shape does not fit."""
+    if stage not in SPAN_STAGES and edge is None:
         return None
     depth = a.shape[2] if a.ndim == 3 else 0
-    arrays = [x for x in (a, b, v, grad_out) if x is not None and x.ndim == 3]
-    return _span_shape(v.shape[1], depth, v.shape[2], arrays)
+    arrays = [x for x in (a, b, v, grad_out, edge) if x is not None and x.ndim == 3]
+    shape = _span_shape(v.shape[1], depth, v.shape[2], arrays)
+    if shape is None and edge is not None:
+        heads, width = v.shape[1], max(depth, v.shape[2])
+        if heads > MAX_BATCHED_HEADS:
+            limit = f"at most {MAX_BATCHED_HEADS} heads"
+        else:
+            lanes = WARP // (1 << (heads - 1).bit_length())
+            limit = f"heads of at most {lanes * 16} elements at {heads} heads ({lanes * 4} unless divisible by 4)"
+        raise ValueError(f"{edge_name} on the GPU needs {limit}; got {heads} heads of {width} elements")
+    return shape
 
 
-def _run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=None, **backward):
+def _run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=None, edge=None, **backward):
     """One head-span kernel of ``shape`` (from _span_for) over the graph's fused plan, split
-    rows merged after; ``backward``: grad_out, lse, fwd_out, row_dot as the stage takes them."""
+    rows merged after; ``edge``: the edge data, if any (edge_feat or edge_score, in the
+    caller's edge order); ``backward``: grad_out, lse, fwd_out, row_dot, edge_perm (over the
+    transpose) and grad_edge as the stage takes them."""
     lanes, vec, nv = shape
     heads, features = v.shape[1], v.shape[2]
     plan = plans.plan_for(graph, fused=True)
@@ -105,7 +133,7 @@ def _run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=N
     partial_state = scratch((split_items, heads, 2), state_dtype) if split_items and stage == "forward" else None
     partial2 = scratch((split_items, heads * features), state_dtype) if split_items and out2 is not None else None
     launch(
-        f"attention_{score}_{stage}_span{vec}x{nv}",
+        f"attention_{score}_{stage}_span{vec}x{nv}" + ("" if edge is None else "_edges"),
         v.dtype,
         graph.index_dtype,
         warp_grid(plan.num_items),
@@ -127,6 +155,7 @@ def _run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=N
         partial_state=partial_state,
         out2=out2,
         partial2=partial2,
+        edge=edge,
         **backward,
     )
     out1_rows = out1 if out1.ndim == 3 else out1.reshape(out1.shape[0], heads, 1)
@@ -135,10 +164,10 @@ def _run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=N
         merge_split_rows(graph, plan, out2, partial2)
 
 
-def _fused_forward(score, graph, a, b, c, values, out, lse):
-    shape = _span_for("forward", a, b, values)
+def _fused_forward(score, graph, a, b, c, values, out, lse, edge=None, edge_name=None):
+    shape = _span_for("forward", a, b, values, edge=edge, edge_name=edge_name)
     if shape is not None:
-        _run_span("forward", shape, score, graph, a, b, c, values, out, lse_out=lse)
+        _run_span("forward", shape, score, graph, a, b, c, values, out, lse_out=lse, edge=edge)
         return
     run_row_kernels(
         f"attention_{score}_forward", graph, values, out, _score_args(a, b, c), softmax=True, lse_out=lse, fused=True
@@ -162,21 +191,23 @@ def row_dots(graph, grad_out, out):
     return row_dot
 
 
-def graph_attention(graph, q, k, v, scale, out, lse):
-    _fused_forward("dot", graph, q, k, scale, v, out, lse)
+def graph_attention(graph, q, k, v, scale, out, lse, edge_feat=None):
+    _fused_forward("dot", graph, q, k, scale, v, out, lse, edge_feat, "edge_feat")
 
 
-def gat_attention(graph, a_dst, a_src, values, negative_slope, out, lse):
-    _fused_forward("gat", graph, a_dst, a_src, negative_slope, values, out, lse)
+def gat_attention(graph, a_dst, a_src, values, negative_slope, out, lse, edge_score=None):
+    _fused_forward("gat", graph, a_dst, a_src, negative_slope, values, out, lse, edge_score, "edge_score")
 
 
-def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b, grad_v):
+def _fused_backward(
+    score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b, grad_v, edge=None, grad_edge=None, edge_name=None
+):
     """grad_a (sums over the rows), grad_b and grad_v (sums over the sources): on the
-    head-span kernels where they apply (the row pass also computes row_dot), else on the row
-    kernels, whose sums of ds * dscore gather b (k) over the rows and a (q) over the sources
-    for "dot", and ones for "gat"."""
+    head-span kernels where they apply (the row pass also computes row_dot, and grad_edge
+    with edge data), else on the row kernels, whose sums of ds * dscore gather b (k) over the
+    rows and a (q) over the sources for "dot", and ones for "gat"."""
     heads = grad_v.shape[1]
-    grad_shape = _span_for("grad", a, b, v, grad_out)
+    grad_shape = _span_for("grad", a, b, v, grad_out, edge, edge_name)
     if grad_shape is not None:
         row_dot = scratch(out.shape[:2], accumulation_dtype(out.dtype))
         _run_span(
@@ -193,16 +224,20 @@ def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b
             lse=lse,
             fwd_out=out,
             row_dot=row_dot,
+            edge=edge,
+            grad_edge=grad_edge,
         )
     else:
         row_dot = row_dots(graph, grad_out, out)
         b_values = b if score == "dot" else unit_values(graph, heads, v.dtype)[: graph.num_src]
         grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
         run_row_kernels(f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
-    graph_t, _ = graph.transpose()
-    sources_shape = _span_for("sources", a, b, v, grad_out)
+    graph_t, perm = graph.transpose()
+    sources_shape = _span_for("sources", a, b, v, grad_out, edge, edge_name)
     if sources_shape is not None:
         backward = dict(grad_out=grad_out, lse=lse, row_dot=row_dot)
+        if edge is not None:
+            backward.update(edge=edge, edge_perm=perm)
         _run_span("sources", sources_shape, score, graph_t, a, b, c, v, grad_b, out2=grad_v, **backward)
     else:
         a_values = a if score == "dot" else unit_values(graph, heads, v.dtype)[: graph.num_dst]
@@ -212,12 +247,28 @@ def _fused_backward(score, graph, a, b, c, v, out, grad_out, lse, grad_a, grad_b
         run_row_kernels(f"attention_{score}_probs_t", graph_t, grad_out, grad_v, probs_args, fused=True)
 
 
-def graph_attention_backward(graph, q, k, v, out, grad_out, lse, scale, grad_q, grad_k, grad_v):
-    _fused_backward("dot", graph, q, k, scale, v, out, grad_out, lse, grad_q, grad_k, grad_v)
+def graph_attention_backward(
+    graph, q, k, v, out, grad_out, lse, scale, grad_q, grad_k, grad_v, edge_feat=None, grad_edge_feat=None
+):
+    _fused_backward(
+        "dot", graph, q, k, scale, v, out, grad_out, lse, grad_q, grad_k, grad_v, edge_feat, grad_edge_feat, "edge_feat"
+    )
 
 
 def gat_attention_backward(
-    graph, a_dst, a_src, values, out, grad_out, lse, negative_slope, grad_a_dst, grad_a_src, grad_values
+    graph,
+    a_dst,
+    a_src,
+    values,
+    out,
+    grad_out,
+    lse,
+    negative_slope,
+    grad_a_dst,
+    grad_a_src,
+    grad_values,
+    edge_score=None,
+    grad_edge_score=None,
 ):
     heads = a_dst.shape[1]
     _fused_backward(
@@ -233,4 +284,7 @@ def gat_attention_backward(
         grad_a_dst.reshape(graph.num_dst, heads, 1),
         grad_a_src.reshape(graph.num_src, heads, 1),
         grad_values,
+        edge_score,
+        grad_edge_score,
+        "edge_score",
     )

@@ -128,19 +128,24 @@ for _score in ATTENTION_SCORES:
     for _stage in ATTENTION_STAGES:
         _declare_rows("attention", f"attention_{_score}_{_stage}", _ATTENTION)
 # The head-span kernels (VEC-element loads, NV vectors per lane) of each score and stage.
-SPAN_SHAPES = ((1, 1), (1, 2), (1, 4), (4, 1), (4, 2), (4, 4))
+SPAN_SHAPES = ((1, 1), (1, 2), (1, 4), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2))
 SPAN_STAGES = ("forward", "grad", "sources")
 for _score in ATTENTION_SCORES:
     for _stage in SPAN_STAGES:
         _declare(
             "attention",
-            [f"attention_{_score}_{_stage}_span{vec}x{nv}" for vec, nv in SPAN_SHAPES],
+            [
+                f"attention_{_score}_{_stage}_span{vec}x{nv}{edges}"
+                for edges in ("", "_edges")
+                for vec, nv in SPAN_SHAPES
+            ],
             _params(
                 "const i64* items, i64 num_items, i64 num_whole, int H, int S, int D, int F, const idx_t* indices, "
                 "const scalar_t* a, const scalar_t* b, acc_t c, const scalar_t* v, const scalar_t* grad_out?, "
                 "const lse_t* lse?, const scalar_t* fwd_out?, acc_t* row_dot?, scalar_t* out1, lse_t* lse_out?, "
                 "acc_t* partial1?, "
-                "SoftmaxState* partial_state?, scalar_t* out2?, acc_t* partial2?"
+                "SoftmaxState* partial_state?, scalar_t* out2?, acc_t* partial2?, const scalar_t* edge?, "
+                "const i64* edge_perm?, scalar_t* grad_edge?"
             ),
         )
 _declare(

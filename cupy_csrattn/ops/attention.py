@@ -1,7 +1,15 @@
-"""Fused softmax-weighted aggregation: attention_aggregate, graph_attention, gat_attention.
+"""Fused attentions whose scores come from node arrays and an optional edge term:
+graph_attention and gat_attention, and what the fused ops share.
 
-The forward ops return ``out`` and, with ``return_lse=True``, the per-row log-sum-exp of
-the scores, which their backward ops use to recompute the weights without storing them.
+    graph_attention: score[e, h] = scale * <q[dst(e), h], k[src(e), h] + edge_feat[e, h]>,
+                     message v[src(e), h] + edge_feat[e, h]   (PyG's TransformerConv)
+    gat_attention:   score[e, h] = leaky_relu(a_dst[dst(e), h] + a_src[src(e), h] + edge_score[e, h]),
+                     message values[src(e), h]                 (PyG's GATConv)
+    out[d, h] = sum_{e in row d} softmax_e(score)[e, h] * message[e, h]
+
+The edge terms are optional (zero when omitted). The forward ops return ``out`` and, with
+``return_lse=True``, the per-row log-sum-exp of the scores, which their backward ops use to
+recompute the weights without storing them.
 """
 
 import math
@@ -41,113 +49,30 @@ def check_saved(g, heads, heads_of, features, out, grad_out, lse, values_name):
     return out, grad_out, lse
 
 
-# -- attention_aggregate -------------------------------------------------------------
+def run_backward(place, op, dtype, args, differentiated, edge_input=(None, None, None)):
+    """Run the backward op ``op`` of a fused attention; returns its gradients.
 
-
-def _check_aggregate(g, scores, values):
-    scores = _validate.float_array("scores", scores)
-    values = _validate.float_array("values", values)
-    heads = _validate.edge_array("scores", scores, g)
-    _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads, heads_of="scores")
-    return scores, values, heads, features
-
-
-@register(
-    cpu=cpu_attention.attention_aggregate,
-    gpu=gpu_attention.attention_aggregate,
-    kernels=("aggregate",),
-    bytes=traffic.aggregate,
-)
-def attention_aggregate(graph, scores, values, *, out=None, return_lse=False):
-    """Softmax-weighted neighbour sum, fused: ``spmm(graph, edge_softmax(graph, scores), values)``.
-
-    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
-    tuple, each of its elements a head.
-
-    Parameters
-    ----------
-    graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    scores : (E, *S) float array
-    values : (num_src, *S, F) float array
-    out : (num_dst, *S, F) array, optional
-    return_lse : bool
-        Also return the per-row log-sum-exp of the scores.
-
-    Returns
-    -------
-    out : (num_dst, *S, F) array; zero for rows with no edges.
-    lse : (num_dst, *S) array, only with return_lse
-        -inf for rows with no edges (or all scores -inf); float32 for float16 inputs.
+    args: its canonical inputs and scalars, passed first; differentiated: (name, array,
+    canonical array) of each input whose gradient follows them, in order; edge_input: the same
+    of its optional edge input (array None when not given), passed with its gradient by keyword.
+    The gradients are shaped like their inputs; the edge input's comes last, in its edge order.
     """
-    g, order = _validate.resolve_graph(graph)
-    scores, values, heads, features = _check_aggregate(g, scores, values)
-    dtype, lse_dtype = _validate.result_dtypes(scores, values)
-    place = Placement(g, order, [scores, values])
-    scores_c = place.edge_input(scores, dtype)
-    values_c = place.node_input(values, dtype)
-    out_c, lse_c, result = forward_outputs(
-        place, g, heads, features, dtype, lse_dtype, out, return_lse, scores_c.shape[1]
-    )
-    place.run(attention_aggregate.op, scores_c, values_c, out_c, lse_c)
-    return result
-
-
-@register(
-    cpu=cpu_attention.attention_aggregate_backward,
-    gpu=gpu_attention.attention_aggregate_backward,
-    kernels=("aggregate", "softmax", "sddmm"),
-    bytes=traffic.aggregate_backward,
-    forward="attention_aggregate",
-)
-def attention_aggregate_backward(graph, scores, values, grad_out, *, lse=None):
-    """Gradients of attention_aggregate with respect to scores and values.
-
-    With ``p`` the softmax weights and ``dp[e] = <grad_out[dst(e)], values[src(e)]>``:
-    ``grad_scores = p * (dp - sum_{row} p * dp)``,
-    ``grad_values[s] = sum_{e: src(e) = s} p[e] * grad_out[dst(e)]``.
-
-    ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
-    tuple, each of its elements a head.
-
-    Parameters
-    ----------
-    graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
-    scores : (E, *S) float array
-    values : (num_src, *S, F) float array
-    grad_out : (num_dst, *S, F) float array
-    lse : (num_dst, *S) float array, optional
-        The forward's log-sum-exp; recomputed when omitted.
-
-    Returns
-    -------
-    grad_scores : (E, *S) array
-    grad_values : (num_src, *S, F) array
-    """
-    g, order = _validate.resolve_graph(graph)
-    scores, values, heads, features = _check_aggregate(g, scores, values)
-    grad_out = _validate.float_array("grad_out", grad_out)
-    _validate.node_array("grad_out", grad_out, g.num_dst, "destination", heads=heads, heads_of="scores")
-    _validate.same_features("grad_out", grad_out, features, "values")
-    if lse is not None:
-        lse = _validate.float_array("lse", lse)
-        _validate.node_array("lse", lse, g.num_dst, "destination", heads=heads, feature_axis=False, heads_of="scores")
-    dtype, lse_dtype = _validate.result_dtypes(scores, values, grad_out)
-    place = Placement(g, order, [scores, values, grad_out, lse])
-    scores_c = place.edge_input(scores, dtype)
-    values_c = place.node_input(values, dtype)
-    grad_out_c = place.node_input(grad_out, dtype)
-    lse_c = None if lse is None else place.node_input(lse, lse_dtype, per_node_scalar=True)
-    grad_scores_c, grad_scores = place.output("grad_scores", None, scores.shape, dtype, scores_c.shape, edge=True)
-    grad_values_c, grad_values = place.output("grad_values", None, values.shape, dtype, values_c.shape)
-    place.run(attention_aggregate_backward.op, scores_c, values_c, grad_out_c, lse_c, grad_scores_c, grad_values_c)
+    grads = [place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape) for name, x, x_c in differentiated]
+    works = [work for work, _ in grads]
+    name, x, x_c = edge_input
+    optional = {}
+    if x is not None:
+        grads.append(place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape, edge=True))
+        optional = {name: x_c, f"grad_{name}": grads[-1][0]}
+    place.run(op, *args, *works, **optional)
     place.finish()
-    return grad_scores, grad_values
+    return tuple(result for _, result in grads)
 
 
 # -- graph_attention -----------------------------------------------------------------
 
 
-def _check_qkv(g, q, k, v, scale):
+def _check_qkv(g, q, k, v, scale, edge_feat):
     q = _validate.float_array("q", q)
     k = _validate.float_array("k", k)
     v = _validate.float_array("v", v)
@@ -155,11 +80,17 @@ def _check_qkv(g, q, k, v, scale):
     _validate.node_array("k", k, g.num_src, "source", heads=heads, heads_of="q")
     _validate.same_features("k", k, head_dim, "q")
     _, features = _validate.node_array("v", v, g.num_src, "source", heads=heads, heads_of="q")
+    if edge_feat is not None:
+        # added to the key and to the value: its width is both q's and v's
+        edge_feat = _validate.float_array("edge_feat", edge_feat)
+        _validate.edge_array("edge_feat", edge_feat, g, heads=heads, heads_of="q", feature_axis=True)
+        _validate.same_features("edge_feat", edge_feat, features, "v")
+        _validate.same_features("edge_feat", edge_feat, head_dim, "q")
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
     else:
         scale = _validate.finite_scalar("scale", scale)
-    return q, k, v, heads, features, scale
+    return q, k, v, edge_feat, heads, features, scale
 
 
 @register(
@@ -168,10 +99,12 @@ def _check_qkv(g, q, k, v, scale):
     kernels=("attention", "aggregate"),
     bytes=traffic.graph_attention,
 )
-def graph_attention(graph, q, k, v, *, scale=None, out=None, return_lse=False):
+def graph_attention(graph, q, k, v, *, scale=None, edge_feat=None, out=None, return_lse=False):
     """Dot-product attention of each destination over its neighbours (graph transformer).
 
-    ``out[d] = sum_{e in row d} softmax_e(scale * <q[d], k[src(e)]>) * v[src(e)]``, per head.
+    ``out[d] = sum_{e in row d} softmax_e(scale * <q[d], k[s] + edge_feat[e]>) * (v[s] + edge_feat[e])``
+    per head, with ``s = src(e)`` and edge_feat zero when omitted (PyG's ``TransformerConv``,
+    with ``edge_dim`` when edge_feat is given).
 
     ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
     tuple, each of its elements a head.
@@ -184,6 +117,9 @@ def graph_attention(graph, q, k, v, *, scale=None, out=None, return_lse=False):
     v : (num_src, *S, F) float array
     scale : float, optional
         Defaults to 1 / sqrt(D).
+    edge_feat : (E, *S, D) float array, optional
+        Added to the key and to the value of each edge, so D must equal F. In the graph's
+        edge order (a sparse matrix's stored order, ``A.data``).
     out : (num_dst, *S, F) array, optional
     return_lse : bool
         Also return the per-row log-sum-exp of the scores (needed by the backward).
@@ -194,12 +130,13 @@ def graph_attention(graph, q, k, v, *, scale=None, out=None, return_lse=False):
     lse : (num_dst, *S) array, only with return_lse
     """
     g, order = _validate.resolve_graph(graph)
-    q, k, v, heads, features, scale = _check_qkv(g, q, k, v, scale)
-    dtype, lse_dtype = _validate.result_dtypes(q, k, v)
-    place = Placement(g, order, [q, k, v])
+    q, k, v, edge_feat, heads, features, scale = _check_qkv(g, q, k, v, scale, edge_feat)
+    dtype, lse_dtype = _validate.result_dtypes(q, k, v, edge_feat)
+    place = Placement(g, order, [q, k, v, edge_feat])
     q_c, k_c, v_c = (place.node_input(x, dtype) for x in (q, k, v))
+    edge_feat_c = place.edge_input(edge_feat, dtype, features=True)
     out_c, lse_c, result = forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, q_c.shape[1])
-    place.run(graph_attention.op, q_c, k_c, v_c, scale, out_c, lse_c)
+    place.run(graph_attention.op, q_c, k_c, v_c, scale, out_c, lse_c, edge_feat=edge_feat_c)
     return result
 
 
@@ -210,12 +147,15 @@ def graph_attention(graph, q, k, v, *, scale=None, out=None, return_lse=False):
     bytes=traffic.graph_attention_backward,
     forward="graph_attention",
 )
-def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None):
-    """Gradients of graph_attention with respect to q, k and v.
+def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None, edge_feat=None):
+    """Gradients of graph_attention with respect to q, k, v and, when given, edge_feat.
 
-    The weights are recomputed from lse. With ``ds = p * (<grad_out[d], v[s]> - <grad_out[d], out[d]>)``:
-    ``grad_q[d] = scale * sum_e ds * k[s]``, ``grad_k[s] = scale * sum_e ds * q[d]``,
-    ``grad_v[s] = sum_e p * grad_out[d]``.
+    The weights ``p`` are recomputed from lse. With ``key = k[s] + edge_feat[e]``,
+    ``value = v[s] + edge_feat[e]`` (edge_feat zero when omitted) and
+    ``ds = p * (<grad_out[d], value> - <grad_out[d], out[d]>)`` per edge and head:
+    ``grad_q[d] = scale * sum_e ds * key``, ``grad_k[s] = scale * sum_e ds * q[d]``,
+    ``grad_v[s] = sum_e p * grad_out[d]`` and
+    ``grad_edge_feat[e] = scale * ds * q[d] + p * grad_out[d]``.
 
     ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
     tuple, each of its elements a head.
@@ -229,38 +169,47 @@ def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None):
     lse : (num_dst, *S) float array, the forward's log-sum-exp
     scale : float, optional
         The forward's scale; defaults to 1 / sqrt(D).
+    edge_feat : (E, *S, D) float array, optional
+        The forward's edge features.
 
     Returns
     -------
     grad_q, grad_k, grad_v : arrays shaped like q, k, v
+    grad_edge_feat : array shaped like edge_feat, in its edge order; only when edge_feat is given
     """
     g, order = _validate.resolve_graph(graph)
-    q, k, v, heads, features, scale = _check_qkv(g, q, k, v, scale)
+    q, k, v, edge_feat, heads, features, scale = _check_qkv(g, q, k, v, scale, edge_feat)
     out, grad_out, lse = check_saved(g, heads, "q", features, out, grad_out, lse, "v")
-    dtype, lse_dtype = _validate.result_dtypes(q, k, v, out, grad_out)
-    place = Placement(g, order, [q, k, v, out, grad_out, lse])
+    dtype, lse_dtype = _validate.result_dtypes(q, k, v, out, grad_out, edge_feat)
+    place = Placement(g, order, [q, k, v, out, grad_out, lse, edge_feat])
     q_c, k_c, v_c, out_c, grad_out_c = (place.node_input(x, dtype) for x in (q, k, v, out, grad_out))
     lse_c = place.node_input(lse, lse_dtype, per_node_scalar=True)
-    grads = [
-        place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape)
-        for name, x, x_c in (("q", q, q_c), ("k", k, k_c), ("v", v, v_c))
-    ]
-    place.run(graph_attention_backward.op, q_c, k_c, v_c, out_c, grad_out_c, lse_c, scale, *(work for work, _ in grads))
-    return tuple(result for _, result in grads)
+    edge_feat_c = place.edge_input(edge_feat, dtype, features=True)
+    return run_backward(
+        place,
+        graph_attention_backward.op,
+        dtype,
+        (q_c, k_c, v_c, out_c, grad_out_c, lse_c, scale),
+        (("q", q, q_c), ("k", k, k_c), ("v", v, v_c)),
+        ("edge_feat", edge_feat, edge_feat_c),
+    )
 
 
 # -- gat_attention -------------------------------------------------------------------
 
 
-def _check_gat(g, a_dst, a_src, values, negative_slope):
+def _check_gat(g, a_dst, a_src, values, negative_slope, edge_score):
     a_dst = _validate.float_array("a_dst", a_dst)
     a_src = _validate.float_array("a_src", a_src)
     values = _validate.float_array("values", values)
     heads, _ = _validate.node_array("a_dst", a_dst, g.num_dst, "destination", feature_axis=False)
     _validate.node_array("a_src", a_src, g.num_src, "source", heads=heads, feature_axis=False, heads_of="a_dst")
     _, features = _validate.node_array("values", values, g.num_src, "source", heads=heads, heads_of="a_dst")
+    if edge_score is not None:
+        edge_score = _validate.float_array("edge_score", edge_score)
+        _validate.edge_array("edge_score", edge_score, g, heads=heads, heads_of="a_dst")
     negative_slope = _validate.finite_scalar("negative_slope", negative_slope)
-    return a_dst, a_src, values, heads, features, negative_slope
+    return a_dst, a_src, values, edge_score, heads, features, negative_slope
 
 
 @register(
@@ -269,8 +218,12 @@ def _check_gat(g, a_dst, a_src, values, negative_slope):
     kernels=("attention", "aggregate"),
     bytes=traffic.gat_attention,
 )
-def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, out=None, return_lse=False):
-    """Fused GAT attention: softmax over each row of leaky_relu(a_dst[d] + a_src[s]) weighting values[s].
+def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, edge_score=None, out=None, return_lse=False):
+    """Fused GAT attention: softmax over each row of leaky_relu(a_dst[d] + a_src[s] + edge_score[e])
+    weighting values[s].
+
+    edge_score is zero when omitted (PyG's ``GATConv``; with ``edge_dim``, pass its edge term
+    ``<att_edge, lin_edge(edge_attr)>`` per head as edge_score).
 
     ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
     tuple, each of its elements a head.
@@ -282,6 +235,9 @@ def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, out=None, 
     a_src : (num_src, *S) float array
     values : (num_src, *S, F) float array
     negative_slope : float
+    edge_score : (E, *S) float array, optional
+        Added to the score of each edge before the leaky_relu. In the graph's edge order (a
+        sparse matrix's stored order, ``A.data``).
     out : (num_dst, *S, F) array, optional
     return_lse : bool
         Also return the per-row log-sum-exp of the scores (needed by the backward).
@@ -292,16 +248,19 @@ def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, out=None, 
     lse : (num_dst, *S) array, only with return_lse
     """
     g, order = _validate.resolve_graph(graph)
-    a_dst, a_src, values, heads, features, negative_slope = _check_gat(g, a_dst, a_src, values, negative_slope)
-    dtype, lse_dtype = _validate.result_dtypes(a_dst, a_src, values)
-    place = Placement(g, order, [a_dst, a_src, values])
+    a_dst, a_src, values, edge_score, heads, features, negative_slope = _check_gat(
+        g, a_dst, a_src, values, negative_slope, edge_score
+    )
+    dtype, lse_dtype = _validate.result_dtypes(a_dst, a_src, values, edge_score)
+    place = Placement(g, order, [a_dst, a_src, values, edge_score])
     a_dst_c = place.node_input(a_dst, dtype, per_node_scalar=True)
     a_src_c = place.node_input(a_src, dtype, per_node_scalar=True)
     values_c = place.node_input(values, dtype)
+    edge_score_c = place.edge_input(edge_score, dtype)
     out_c, lse_c, result = forward_outputs(
         place, g, heads, features, dtype, lse_dtype, out, return_lse, values_c.shape[1]
     )
-    place.run(gat_attention.op, a_dst_c, a_src_c, values_c, negative_slope, out_c, lse_c)
+    place.run(gat_attention.op, a_dst_c, a_src_c, values_c, negative_slope, out_c, lse_c, edge_score=edge_score_c)
     return result
 
 
@@ -312,13 +271,14 @@ def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, out=None, 
     bytes=traffic.gat_attention_backward,
     forward="gat_attention",
 )
-def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, negative_slope=0.2):
-    """Gradients of gat_attention with respect to a_dst, a_src and values.
+def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, negative_slope=0.2, edge_score=None):
+    """Gradients of gat_attention with respect to a_dst, a_src, values and, when given, edge_score.
 
-    With ``z = a_dst[d] + a_src[s]``, ``p`` the weights recomputed from lse and
-    ``ds = p * (<grad_out[d], values[s]> - <grad_out[d], out[d]>)``, the grad of z is
-    ``ds * (1 if z > 0 else negative_slope)``; grad_a_dst sums it over each row, grad_a_src
-    over each source, and ``grad_values[s] = sum_e p * grad_out[d]``.
+    With ``z = a_dst[d] + a_src[s] + edge_score[e]`` (edge_score zero when omitted), ``p`` the
+    weights recomputed from lse and ``ds = p * (<grad_out[d], values[s]> - <grad_out[d], out[d]>)``,
+    the grad of z is ``ds * (1 if z > 0 else negative_slope)``; grad_a_dst sums it over each row,
+    grad_a_src over each source, grad_edge_score is it, and
+    ``grad_values[s] = sum_e p * grad_out[d]``.
 
     ``S`` is the trailing shape shared by the call's edge and node arrays: none, ``(H,)`` or any
     tuple, each of its elements a head.
@@ -331,33 +291,31 @@ def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, n
     grad_out : (num_dst, *S, F) float array
     lse : (num_dst, *S) float array, the forward's log-sum-exp
     negative_slope : float
+    edge_score : (E, *S) float array, optional
+        The forward's edge scores.
 
     Returns
     -------
     grad_a_dst, grad_a_src, grad_values : arrays shaped like a_dst, a_src, values
+    grad_edge_score : array shaped like edge_score, in its edge order; only when edge_score is given
     """
     g, order = _validate.resolve_graph(graph)
-    a_dst, a_src, values, heads, features, negative_slope = _check_gat(g, a_dst, a_src, values, negative_slope)
+    a_dst, a_src, values, edge_score, heads, features, negative_slope = _check_gat(
+        g, a_dst, a_src, values, negative_slope, edge_score
+    )
     out, grad_out, lse = check_saved(g, heads, "a_dst", features, out, grad_out, lse, "values")
-    dtype, lse_dtype = _validate.result_dtypes(a_dst, a_src, values, out, grad_out)
-    place = Placement(g, order, [a_dst, a_src, values, out, grad_out, lse])
+    dtype, lse_dtype = _validate.result_dtypes(a_dst, a_src, values, out, grad_out, edge_score)
+    place = Placement(g, order, [a_dst, a_src, values, out, grad_out, lse, edge_score])
     a_dst_c = place.node_input(a_dst, dtype, per_node_scalar=True)
     a_src_c = place.node_input(a_src, dtype, per_node_scalar=True)
     values_c, out_c, grad_out_c = (place.node_input(x, dtype) for x in (values, out, grad_out))
     lse_c = place.node_input(lse, lse_dtype, per_node_scalar=True)
-    grads = [
-        place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape)
-        for name, x, x_c in (("a_dst", a_dst, a_dst_c), ("a_src", a_src, a_src_c), ("values", values, values_c))
-    ]
-    place.run(
+    edge_score_c = place.edge_input(edge_score, dtype)
+    return run_backward(
+        place,
         gat_attention_backward.op,
-        a_dst_c,
-        a_src_c,
-        values_c,
-        out_c,
-        grad_out_c,
-        lse_c,
-        negative_slope,
-        *(work for work, _ in grads),
+        dtype,
+        (a_dst_c, a_src_c, values_c, out_c, grad_out_c, lse_c, negative_slope),
+        (("a_dst", a_dst, a_dst_c), ("a_src", a_src, a_src_c), ("values", values, values_c)),
+        ("edge_score", edge_score, edge_score_c),
     )
-    return tuple(result for _, result in grads)

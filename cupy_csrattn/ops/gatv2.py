@@ -14,7 +14,7 @@ from cupy_csrattn import _validate
 from cupy_csrattn.cpu import gatv2 as cpu_gatv2
 from cupy_csrattn.gpu import gatv2 as gpu_gatv2
 from cupy_csrattn.ops import traffic
-from cupy_csrattn.ops.attention import check_saved, forward_outputs
+from cupy_csrattn.ops.attention import check_saved, forward_outputs, run_backward
 from cupy_csrattn.ops.placement import Placement
 from cupy_csrattn.ops.registry import register
 
@@ -119,19 +119,10 @@ def gatv2_attention_backward(graph, x_dst, x_src, att, out, grad_out, lse, *, ne
     x_dst_c, x_src_c, att_c = _place_inputs(place, dtype, heads, head_dim, x_dst, x_src, att)
     out_c, grad_out_c = (place.node_input(x, dtype) for x in (out, grad_out))
     lse_c = place.node_input(lse, lse_dtype, per_node_scalar=True)
-    grads = [
-        place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape)
-        for name, x, x_c in (("x_dst", x_dst, x_dst_c), ("x_src", x_src, x_src_c), ("att", att, att_c))
-    ]
-    place.run(
+    return run_backward(
+        place,
         gatv2_attention_backward.op,
-        x_dst_c,
-        x_src_c,
-        att_c,
-        out_c,
-        grad_out_c,
-        lse_c,
-        negative_slope,
-        *(work for work, _ in grads),
+        dtype,
+        (x_dst_c, x_src_c, att_c, out_c, grad_out_c, lse_c, negative_slope),
+        (("x_dst", x_dst, x_dst_c), ("x_src", x_src, x_src_c), ("att", att, att_c)),
     )
-    return tuple(result for _, result in grads)

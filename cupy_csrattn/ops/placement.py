@@ -26,10 +26,13 @@ class Placement:
         self.edge_order = backend.to_device(edge_order, self.on_gpu)
         self._scatter = []
 
-    def run(self, op, *args):
+    def run(self, op, *args, **optional):
         """Compute registered op ``op`` on this call's device: its backend function with the
-        placed graph and ``args`` (canonical arrays, scalars, outputs)."""
-        op.backend(self.on_gpu)(self.graph, *args)
+        placed graph and ``args`` (canonical arrays, scalars, outputs), and the ``optional``
+        keyword arguments that are not None (a call without them then suits a backend
+        function that does not take them)."""
+        given = {name: value for name, value in optional.items() if value is not None}
+        op.backend(self.on_gpu)(self.graph, *args, **given)
 
     def node_input(self, x, dtype, per_node_scalar=False):
         """(N, H, F) view or copy of an (N, *S, F) node array; (N, H) of an (N, *S) one when
@@ -44,13 +47,18 @@ class Placement:
         placed = self.xp.ascontiguousarray(backend.to_device(x, self.on_gpu).astype(dtype, copy=False))
         return self._converted(x, placed).reshape(shape)
 
-    def edge_input(self, x, dtype):
-        """(E, H) view or copy of an (E, *S) edge array, in graph edge order."""
+    def edge_input(self, x, dtype, features=False):
+        """(E, H) view or copy of an (E, *S) edge array, in graph edge order; (E, H, F) of an
+        (E, *S, F) one when features; None for None (an optional input not given)."""
+        if x is None:
+            return None
         original = x
         x = backend.to_device(x, self.on_gpu)
         if self.edge_order is not None:
             x = x[self.edge_order]
         x = self._converted(original, self.xp.ascontiguousarray(x.astype(dtype, copy=False)))
+        if features:
+            return x.reshape(x.shape[0], math.prod(x.shape[1:-1]), x.shape[-1])
         return x.reshape(x.shape[0], math.prod(x.shape[1:]))
 
     def _converted(self, original, placed):

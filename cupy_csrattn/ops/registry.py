@@ -24,7 +24,7 @@ class Op:
     cpu: Callable
     gpu: Callable
     kernels: tuple
-    bytes: Callable  # (graph, dtype, H, F) -> bytes
+    bytes: Callable  # (graph, dtype, H, F) -> bytes; the fused attentions also take edge_terms=False
     forward: str = None  # for a backward op: the name of its forward op
 
     def backend(self, on_gpu):

@@ -2,7 +2,9 @@
 once, plus one gather of the source rows per edge: no reuse assumed). Divided by the
 measured copy bandwidth they give the op's memory roofline time.
 
-Each takes (graph, dtype, H, F); graph_attention's q and k have F features as v has.
+Each takes (graph, dtype, H, F); graph_attention's q and k have F features as v has. The fused
+ops' models also take ``edge_terms``: True counts their optional edge array (graph_attention's
+edge_feat, gat_attention's edge_score) and its gradient.
 """
 
 import numpy as np
@@ -49,29 +51,39 @@ def sddmm_backward(graph, dtype, H, F):
     return E * (2 * idx + 8 + 2 * H * isz + 2 * H * F * isz) + 2 * N * H * F * isz
 
 
-def graph_attention(graph, dtype, H, F):
-    """indices, q once, k and v gathered per edge, out written."""
+def graph_attention(graph, dtype, H, F, edge_terms=False):
+    """indices, q once, k and v gathered per edge, out written; with edge_terms (edge_feat
+    given, D = F), edge_feat read once."""
     E, N, idx, isz = _sizes(graph, dtype)
-    return E * (idx + 2 * H * F * isz) + 2 * N * H * F * isz
+    edge_bytes = E * H * F * isz if edge_terms else 0
+    return E * (idx + 2 * H * F * isz) + 2 * N * H * F * isz + edge_bytes
 
 
-def graph_attention_backward(graph, dtype, H, F):
+def graph_attention_backward(graph, dtype, H, F, edge_terms=False):
     """forward + backward: the forward, then three passes (over rows, and twice over sources on
-    the transpose) that each read the indices and gather two node rows per edge."""
+    the transpose) that each read the indices and gather two node rows per edge; with
+    edge_terms, each pass also reads edge_feat, and grad_edge_feat is written once."""
     E, N, idx, isz = _sizes(graph, dtype)
-    return graph_attention(graph, dtype, H, F) + 3 * E * (idx + 2 * H * F * isz) + 6 * N * H * F * isz
+    edge_bytes = 4 * E * H * F * isz if edge_terms else 0
+    forward = graph_attention(graph, dtype, H, F, edge_terms)
+    return forward + 3 * E * (idx + 2 * H * F * isz) + 6 * N * H * F * isz + edge_bytes
 
 
-def gat_attention(graph, dtype, H, F):
-    """indices, a_dst once, a_src and values gathered per edge, out written."""
+def gat_attention(graph, dtype, H, F, edge_terms=False):
+    """indices, a_dst once, a_src and values gathered per edge, out written; with edge_terms
+    (edge_score given), edge_score read once."""
     E, N, idx, isz = _sizes(graph, dtype)
-    return E * (idx + H * isz + H * F * isz) + N * H * isz + N * H * F * isz
+    edge_bytes = E * H * isz if edge_terms else 0
+    return E * (idx + H * isz + H * F * isz) + N * H * isz + N * H * F * isz + edge_bytes
 
 
-def gat_attention_backward(graph, dtype, H, F):
-    """forward + backward, as for graph_attention_backward."""
+def gat_attention_backward(graph, dtype, H, F, edge_terms=False):
+    """forward + backward, as for graph_attention_backward (edge_score read by each pass,
+    grad_edge_score written once)."""
     E, N, idx, isz = _sizes(graph, dtype)
-    return gat_attention(graph, dtype, H, F) + 3 * E * (idx + H * isz + H * F * isz) + 4 * N * H * F * isz
+    edge_bytes = 4 * E * H * isz if edge_terms else 0
+    forward = gat_attention(graph, dtype, H, F, edge_terms)
+    return forward + 3 * E * (idx + H * isz + H * F * isz) + 4 * N * H * F * isz + edge_bytes
 
 
 def gatv2_attention(graph, dtype, H, F):

@@ -250,44 +250,72 @@ def _default_scale(q, scale):
     return 1.0 / math.sqrt(np.shape(q)[-1]) if scale is None else scale
 
 
-def graph_attention(indptr, indices, q, k, v, scale=None):
-    """softmax_e(scale * <q[d], k[s]>) weighting v[s] -> (out, lse)."""
-    scores = sddmm(indptr, indices, q, k, "dot", _default_scale(q, scale))
-    return attention_aggregate(indptr, indices, scores, v)
+def _per_edge(indices, node, edge_feat):
+    """node[src(e)] + edge_feat[e] for every edge e, (E, *S, D) float64 (edge_feat None: 0)."""
+    rows = _f64(node)[_ints(indices)]
+    return rows if edge_feat is None else rows + _f64(edge_feat)
 
 
-def graph_attention_backward(indptr, indices, q, k, v, grad_out, scale=None):
-    """-> (grad_q, grad_k, grad_v); recomputes the forward from q, k, v."""
+def _source_sums(indices, per_edge, num_src):
+    """(num_src, ...): for each source, the sum of per_edge over its edges, one edge at a time."""
+    total = np.zeros((num_src, *per_edge.shape[1:]))
+    for e, s in enumerate(_ints(indices)):
+        total[s] += per_edge[e]
+    return total
+
+
+# graph_attention gives each edge its own key k[s] + edge_feat[e] and value v[s] + edge_feat[e]:
+# the ops above then run on the graph whose edge e reads source e of those per-edge arrays.
+
+
+def graph_attention(indptr, indices, q, k, v, scale=None, edge_feat=None):
+    """softmax_e(scale * <q[d], k[s] + edge_feat[e]>) weighting v[s] + edge_feat[e] -> (out, lse)."""
+    each = np.arange(len(indices))
+    keys, values = _per_edge(indices, k, edge_feat), _per_edge(indices, v, edge_feat)
+    scores = sddmm(indptr, each, q, keys, "dot", _default_scale(q, scale))
+    return attention_aggregate(indptr, each, scores, values)
+
+
+def graph_attention_backward(indptr, indices, q, k, v, grad_out, scale=None, edge_feat=None):
+    """-> (grad_q, grad_k, grad_v), and grad_edge_feat when edge_feat is given; recomputes the
+    forward from q, k, v."""
     scale = _default_scale(q, scale)
-    scores = sddmm(indptr, indices, q, k, "dot", scale)
-    grad_scores, grad_v = attention_aggregate_backward(indptr, indices, scores, v, grad_out)
-    grad_q, grad_k = sddmm_backward(indptr, indices, q, k, grad_scores, "dot", scale)
-    return grad_q, grad_k, grad_v
+    each = np.arange(len(indices))
+    keys, values = _per_edge(indices, k, edge_feat), _per_edge(indices, v, edge_feat)
+    scores = sddmm(indptr, each, q, keys, "dot", scale)
+    grad_scores, grad_values = attention_aggregate_backward(indptr, each, scores, values, grad_out)
+    grad_q, grad_keys = sddmm_backward(indptr, each, q, keys, grad_scores, "dot", scale)
+    grads = grad_q, _source_sums(indices, grad_keys, len(k)), _source_sums(indices, grad_values, len(v))
+    return grads if edge_feat is None else (*grads, grad_keys + grad_values)
 
 
-def _gat_scores(indptr, indices, a_dst, a_src, negative_slope):
+def _gat_scores(indptr, indices, a_dst, a_src, negative_slope, edge_score):
     z, heads = _edge(sddmm(indptr, indices, a_dst, a_src, "add"))
+    if edge_score is not None:
+        z += _edge(edge_score)[0]
     scores = np.array([[leaky_relu(x, negative_slope) for x in row] for row in z]).reshape(z.shape)
     return z, _unflatten(scores, heads)
 
 
-def gat_attention(indptr, indices, a_dst, a_src, values, negative_slope=0.2):
-    """softmax_e(leaky_relu(a_dst[d] + a_src[s])) weighting values[s] -> (out, lse)."""
-    _, scores = _gat_scores(indptr, indices, a_dst, a_src, negative_slope)
+def gat_attention(indptr, indices, a_dst, a_src, values, negative_slope=0.2, edge_score=None):
+    """softmax_e(leaky_relu(a_dst[d] + a_src[s] + edge_score[e])) weighting values[s] -> (out, lse)."""
+    _, scores = _gat_scores(indptr, indices, a_dst, a_src, negative_slope, edge_score)
     return attention_aggregate(indptr, indices, scores, values)
 
 
-def gat_attention_backward(indptr, indices, a_dst, a_src, values, grad_out, negative_slope=0.2):
-    """-> (grad_a_dst, grad_a_src, grad_values)."""
-    z, scores = _gat_scores(indptr, indices, a_dst, a_src, negative_slope)
+def gat_attention_backward(indptr, indices, a_dst, a_src, values, grad_out, negative_slope=0.2, edge_score=None):
+    """-> (grad_a_dst, grad_a_src, grad_values), and grad_edge_score when edge_score is given."""
+    z, scores = _gat_scores(indptr, indices, a_dst, a_src, negative_slope, edge_score)
     grad_scores, grad_values = attention_aggregate_backward(indptr, indices, scores, values, grad_out)
     g, heads = _edge(grad_scores)
     grad_z = np.zeros_like(g)
     for e in range(g.shape[0]):
         for h in range(g.shape[1]):
             grad_z[e, h] = g[e, h] * leaky_relu_grad(z[e, h], negative_slope)
-    grad_a_dst, grad_a_src = sddmm_backward(indptr, indices, a_dst, a_src, _unflatten(grad_z, heads), "add")
-    return grad_a_dst, grad_a_src, grad_values
+    grad_z = _unflatten(grad_z, heads)
+    grad_a_dst, grad_a_src = sddmm_backward(indptr, indices, a_dst, a_src, grad_z, "add")
+    grads = grad_a_dst, grad_a_src, grad_values
+    return grads if edge_score is None else (*grads, grad_z)
 
 
 def _gatv2_operands(x_dst, x_src, att):
