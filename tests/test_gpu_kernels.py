@@ -311,12 +311,12 @@ def test_softmax_by_source_matches_cpu(cupy, plan_limits, dtype, index_dtype, he
     _close(got, ca.edge_softmax_backward(g, probs, grad_probs, norm_by="src"), dtype)
 
 
-def test_edge_data_outside_the_head_span_kernels_is_refused(cupy):
-    """Edge data runs on the head-span kernels only: 40 heads (more than a warp's lanes) with
-    edge_feat or edge_score is a ValueError naming the argument, before any launch."""
+def test_edge_data_wider_than_the_head_span_kernels_is_refused(cupy):
+    """Edge data runs on the head-span kernels only: a head of 600 elements (wider than they
+    take) with edge_feat or edge_score is a ValueError naming the argument, before any launch."""
     rng = np.random.default_rng(8)
     g = _graph(rng, np.int32, hub=20).to_gpu()
-    H, D = 40, 4
+    H, D = 2, 600
     q = cupy.asarray(rng.standard_normal((g.num_dst, H, D)).astype(np.float32))
     k = cupy.asarray(rng.standard_normal((g.num_src, H, D)).astype(np.float32))
     edge_feat = cupy.asarray(rng.standard_normal((g.num_edges, H, D)).astype(np.float32))
@@ -330,7 +330,12 @@ def test_edge_data_outside_the_head_span_kernels_is_refused(cupy):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("heads,features", [(None, 3), (1, 64), (3, 5), (8, 16), (4, 64), ((2, 1), 16)], ids=str)
+# (40, 4), (3, 8)-by-5 and (4, 300): heads the head-span kernels take in chunks, not at once.
+@pytest.mark.parametrize(
+    "heads,features",
+    [(None, 3), (1, 64), (3, 5), (8, 16), (4, 64), ((2, 1), 16), (40, 4), ((3, 8), 5), (4, 300)],
+    ids=str,
+)
 def test_fused_edge_data_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
     """graph_attention with edge_feat and gat_attention with edge_score, forward and backward
     (the edge gradients included), against the CPU backend, under every plan."""

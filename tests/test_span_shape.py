@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cupy_csrattn.gpu.attention import _span_shape
+from cupy_csrattn.gpu.attention import _head_chunk, _span_shape
 
 
 def _array(address, dtype=np.float32):
@@ -45,3 +45,21 @@ def test_float16_loads_16_bytes_and_takes_more_edge_groups():
     assert _span_shape(4, 64, 64, halves) == (8, 8, 1)
     assert _span_shape(8, 12, 12, halves) == (4, 4, 1)  # widths not divisible by 8: 8-byte loads
     assert _span_shape(8, 16, 16, [_array(4096, np.float16), _array(4104, np.float16)]) == (4, 4, 1)
+
+
+@pytest.mark.parametrize(
+    "heads,depth,features,itemsize,want",
+    [
+        (24, 5, 5, 4, (16, 128)),  # 2 lanes of 4 single elements cover 5: 16 heads, then 8
+        (40, 4, 4, 4, (32, 512)),  # one lane per head, 32 heads, then 8
+        (4, 300, 300, 4, (1, 512)),  # a head takes the whole warp
+        (4, 300, 300, 2, (1, 512)),  # float16 of a width not divisible by 8: 8-byte loads
+        (2, 0, 512, 2, (1, 512)),  # gat, float16: 16-byte loads of 8, two per lane
+        (1, 600, 600, 4, (None, 512)),  # wider than the kernels take
+        (2, 150, 150, 8, (None, 128)),  # odd width: single elements, at most 4 per lane
+    ],
+)
+def test_head_chunk(heads, depth, features, itemsize, want):
+    """Heads per launch where edge data comes with a shape the head-span kernels do not take
+    whole, and the widest head they take."""
+    assert _head_chunk(heads, depth, features, itemsize) == want

@@ -6,9 +6,13 @@ The fused ops allocate nothing per edge: besides their outputs, the backward hol
 """
 
 import math
+from functools import partial
+
+import cupy
 
 from cupy_csrattn.backend import accumulation_dtype
 from cupy_csrattn.gpu import plan as plans
+from cupy_csrattn.gpu import replay
 from cupy_csrattn.gpu.aggregate import aggregate, merge_split_rows, run_row_kernels
 from cupy_csrattn.gpu.derived import unit_values
 from cupy_csrattn.gpu.kernels import (
@@ -80,17 +84,15 @@ def _span_vector(width_gcd, arrays):
     return 4 if vector_width(width_gcd, *arrays) == 4 else 1
 
 
-def _span_shape(heads, depth, features, arrays):
-    """(S, VEC, NV) of the head-span kernels (attention.cu) for node rows of ``depth`` (q, k;
-    0 for "gat") and ``features`` (v, grad_out) elements per head, or None where they do not
+def _span_layout(heads, width, vec):
+    """(S, VEC, NV) of the head-span kernels (attention.cu) for ``heads`` heads of node rows of
+    at most ``width`` elements, loaded ``vec`` elements at a time, or None where they do not
     apply: more heads than lanes, or rows wider than S * VEC * NV with NV at most 4 (2 for
     VEC = 8). S, the lanes per head, is the fewest whose loads cover a head's row, so that the
     rest of the warp takes other edges at once (edge groups)."""
     if heads > MAX_BATCHED_HEADS:
         return None
     max_lanes = WARP // (1 << (heads - 1).bit_length())
-    width = max(depth, features)
-    vec = _span_vector(math.gcd(depth, features), arrays)
     lanes = min(max_lanes, 1 << max(-(-width // vec) - 1, 0).bit_length())
     for nv in SPAN_VECTORS[vec]:
         if lanes * vec * nv >= width:
@@ -98,24 +100,68 @@ def _span_shape(heads, depth, features, arrays):
     return None
 
 
-def _span_for(stage, a, b, v, grad_out=None, edge=None, edge_name=None):
+def _span_shape(heads, depth, features, arrays):
+    """(S, VEC, NV) of the head-span kernels for node rows of ``depth`` (q, k; 0 for "gat") and
+    ``features`` (v, grad_out) elements per head in ``arrays``, or None (see _span_layout)."""
+    return _span_layout(heads, max(depth, features), _span_vector(math.gcd(depth, features), arrays))
+
+
+def _head_chunk(heads, depth, features, itemsize):
+    """Heads per launch where edge data comes with more heads, or wider heads, than the
+    head-span kernels take at once (heads are independent): the most, a power of two, for
+    which they apply to contiguous (aligned) copies of the heads; None where one head is too
+    wide. Returns (chunk, the widest head the kernels take)."""
+    width_gcd = math.gcd(depth, features)
+    vec = 8 if itemsize == 2 and width_gcd % 8 == 0 else 4 if width_gcd % 4 == 0 else 1
+    chunk = 1 << (min(heads, MAX_BATCHED_HEADS).bit_length() - 1)
+    while chunk >= 1 and _span_layout(chunk, max(depth, features), vec) is None:
+        chunk //= 2
+    return chunk or None, WARP * vec * max(SPAN_VECTORS[vec])
+
+
+def _heads(x, heads_of, copy):
+    """copy(x[:, heads_of]), or None for None."""
+    return None if x is None else copy(x[:, heads_of])
+
+
+def _over_head_chunks(run, chunk, inputs, outputs):
+    """run(**inputs, **outputs) on contiguous copies of ``chunk`` heads at a time (axis 1 of
+    every array), each chunk's outputs copied into its heads of ``outputs`` (None entries
+    stay None)."""
+    replay.other_work("heads are run in chunks")
+    heads = next(x for x in outputs.values() if x is not None).shape[1]
+    for start in range(0, heads, chunk):
+        heads_of = slice(start, min(start + chunk, heads))
+        part_in = {name: _heads(x, heads_of, cupy.ascontiguousarray) for name, x in inputs.items()}
+        part_out = {name: _heads(x, heads_of, partial(cupy.empty_like, order="C")) for name, x in outputs.items()}
+        run(**part_in, **part_out)
+        for name, x in outputs.items():
+            if x is not None:
+                x[:, heads_of] = part_out[name]
+
+
+def _span_for(stage, a, b, v, *others, edge=None):
     """(S, VEC, NV) of the head-span kernel of ``stage`` for these arrays, or None where it
-    does not run (see _span_shape; a stage left out of SPAN_STAGES). Edge data (``edge``, the
-    argument ``edge_name``) runs only there: a ValueError where the shape does not fit."""
+    does not run (see _span_shape; a stage left out of SPAN_STAGES). Edge data runs only
+    there: the callers split the heads first where the whole shape does not fit (_head_chunks)."""
     if stage not in SPAN_STAGES and edge is None:
         return None
     depth = a.shape[2] if a.ndim == 3 else 0
-    arrays = [x for x in (a, b, v, grad_out, edge) if x is not None and x.ndim == 3]
-    shape = _span_shape(v.shape[1], depth, v.shape[2], arrays)
-    if shape is None and edge is not None:
-        heads, width = v.shape[1], max(depth, v.shape[2])
-        if heads > MAX_BATCHED_HEADS:
-            limit = f"at most {MAX_BATCHED_HEADS} heads"
-        else:
-            lanes = WARP // (1 << (heads - 1).bit_length())
-            limit = f"heads of at most {lanes * 16} elements at {heads} heads ({lanes * 4} unless divisible by 4)"
-        raise ValueError(f"{edge_name} on the GPU needs {limit}; got {heads} heads of {width} elements")
-    return shape
+    arrays = [x for x in (a, b, v, *others, edge) if x is not None and x.ndim == 3]
+    return _span_shape(v.shape[1], depth, v.shape[2], arrays)
+
+
+def _head_chunks(a, b, v, *others, edge, edge_name):
+    """Heads per launch for edge data (see _head_chunk), or None where the whole op fits the
+    head-span kernels or has no edge data; a ValueError naming ``edge_name`` where one head
+    is too wide for them."""
+    if edge is None or _span_for("forward", a, b, v, *others, edge=edge) is not None:
+        return None
+    depth, features = a.shape[2] if a.ndim == 3 else 0, v.shape[2]
+    chunk, widest = _head_chunk(v.shape[1], depth, features, v.dtype.itemsize)
+    if chunk is None:
+        raise ValueError(f"{edge_name} on the GPU needs heads of at most {widest} elements; got {max(depth, features)}")
+    return chunk
 
 
 def _run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=None, edge=None, **backward):
@@ -165,7 +211,12 @@ def _run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=N
 
 
 def _fused_forward(score, graph, a, b, c, values, out, lse, edge=None, edge_name=None):
-    shape = _span_for("forward", a, b, values, edge=edge, edge_name=edge_name)
+    chunk = _head_chunks(a, b, values, out, edge=edge, edge_name=edge_name)
+    if chunk is not None:
+        run = partial(_fused_forward, score, graph, c=c, edge_name=edge_name)
+        _over_head_chunks(run, chunk, dict(a=a, b=b, values=values, edge=edge), dict(out=out, lse=lse))
+        return
+    shape = _span_for("forward", a, b, values, out, edge=edge)
     if shape is not None:
         _run_span("forward", shape, score, graph, a, b, c, values, out, lse_out=lse, edge=edge)
         return
@@ -206,8 +257,14 @@ def _fused_backward(
     head-span kernels where they apply (the row pass also computes row_dot, and grad_edge
     with edge data), else on the row kernels, whose sums of ds * dscore gather b (k) over the
     rows and a (q) over the sources for "dot", and ones for "gat"."""
+    chunk = _head_chunks(a, b, v, out, grad_out, edge=edge, edge_name=edge_name)
+    if chunk is not None:
+        run = partial(_fused_backward, score, graph, c=c, edge_name=edge_name)
+        inputs = dict(a=a, b=b, v=v, out=out, grad_out=grad_out, lse=lse, edge=edge)
+        _over_head_chunks(run, chunk, inputs, dict(grad_a=grad_a, grad_b=grad_b, grad_v=grad_v, grad_edge=grad_edge))
+        return
     heads = grad_v.shape[1]
-    grad_shape = _span_for("grad", a, b, v, grad_out, edge, edge_name)
+    grad_shape = _span_for("grad", a, b, v, out, grad_out, edge=edge)
     if grad_shape is not None:
         row_dot = scratch(out.shape[:2], accumulation_dtype(out.dtype))
         _run_span(
@@ -233,7 +290,7 @@ def _fused_backward(
         grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
         run_row_kernels(f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
     graph_t, perm = graph.transpose()
-    sources_shape = _span_for("sources", a, b, v, grad_out, edge, edge_name)
+    sources_shape = _span_for("sources", a, b, v, out, grad_out, edge=edge)
     if sources_shape is not None:
         backward = dict(grad_out=grad_out, lse=lse, row_dot=row_dot)
         if edge is not None:
