@@ -256,12 +256,15 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
     if (!warp_item(items, 0, num_items, index, item)) return;
     const int lane = lane_id();
     // Edge groups: a group is the lanes of every head (heads rounded up to a power of two),
-    // S per head; G = WARP / group_lanes groups take the item's edges in turn.
-    int heads_pow2 = 1;
-    while (heads_pow2 < H) heads_pow2 *= 2;
-    const int group_lanes = heads_pow2 * S;
-    const int G = WARP / group_lanes;
-    const int g = lane / group_lanes, h = lane % group_lanes / S, r = lane % S;
+    // S per head; G = WARP / group_lanes groups take the item's edges in turn. Every count is
+    // a power of two: shifts and masks, not divisions (the prologue runs once per item, and
+    // items average a few edges on skewed graphs).
+    const int s_bits = __ffs(S) - 1;
+    const int head_bits = H > 1 ? 32 - __clz(H - 1) : 0;
+    const int group_bits = s_bits + head_bits;
+    const int group_lanes = 1 << group_bits;
+    const int G = WARP >> group_bits;
+    const int g = lane >> group_bits, h = (lane >> s_bits) & ((1 << head_bits) - 1), r = lane & (S - 1);
     const bool on = h < H;
     const i64 row = item.row;
     const bool split = item.split >= 0;
