@@ -76,10 +76,11 @@ def cases(rng, num_edges, num_dst, num_src):
     result.append(("attention_aggregate_backward H=8 F=16", partial(_call, "attention_aggregate_backward", s, v, go)))
     result.append(("spmm_backward H=8 F=16", partial(_call, "spmm_backward", s, v, go)))
     result.append(("sddmm H=8 D=16", partial(_call, "sddmm", *_many(rng, (Nd, 8, 16), (Ns, 8, 16)))))
-    for H, F in ((8, 16), (4, 64)):
-        q, k, v, go, a_dst, a_src = _many(rng, (Nd, H, F), (Ns, H, F), (Ns, H, F), (Nd, H, F), (Nd, H), (Ns, H))
+    for H, F, dt in ((8, 16, np.float32), (4, 64, np.float32), (8, 16, np.float16)):
+        shapes = (Nd, H, F), (Ns, H, F), (Ns, H, F), (Nd, H, F), (Nd, H), (Ns, H)
+        q, k, v, go, a_dst, a_src = (_random(rng, *shape, dtype=dt) for shape in shapes)
         saved = {}
-        tag = f"H={H} F={F}"
+        tag = f"H={H} F={F}" + ("" if dt == np.float32 else f" {np.dtype(dt).name}")
         result += [
             (f"graph_attention {tag}", partial(_forward, saved, "graph_attention", q, k, v)),
             (f"graph_attention_backward {tag}", partial(_backward, saved, "graph_attention", (q, k, v), go)),
