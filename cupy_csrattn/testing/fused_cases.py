@@ -63,6 +63,10 @@ def _backward_case(name, op, make_inputs, references, make_kwargs):
         op=f"{op}_backward",
         out_index=None,
         aux=(5,),
+        # Every gradient is linear in grad_out (argument 4): with |grad_out| the reference
+        # gives each gradient's sum of term magnitudes, the scale of its rounding where it
+        # cancels (a source whose incoming p * grad_out[dst] terms nearly sum to 0).
+        summed=(4,),
         make=_make_backward(make_inputs, forward_reference, make_kwargs),
         reference=lambda g, a, kw: backward_reference(g.indptr, g.indices, a[0], a[1], a[2], a[4], **kw),
     )
