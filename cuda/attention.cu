@@ -298,9 +298,8 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
     acc_t acc_s = 0;  // gat: grad_a_dst or grad_a_src
     SoftmaxState state = empty_state();
 
-    // Every lane runs every iteration and every shuffle; a slot that no group fills (the last
-    // iteration's) is skipped by the whole warp, and one that only some groups fill loads
-    // nothing and changes nothing in the others.
+    // Every lane runs every iteration and every shuffle; an edge slot past the item's end
+    // (only ever in the last iteration, and per group) loads nothing and changes nothing.
     for (i64 e0 = item.begin; e0 < item.end; e0 += (i64)G * SPAN_EDGES) {
         bool valid[SPAN_EDGES];
         i64 cols[SPAN_EDGES], edge_ids[SPAN_EDGES];
@@ -308,7 +307,6 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
         acc_t xe[SPAN_EDGES][W], edge_term[SPAN_EDGES];  // EDGE: the edge's row (dot) or score term (gat)
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
-            if (e0 + (i64)G * u >= item.end) break;  // no group has a u-th edge (warp-uniform)
             const i64 e = e0 + g + (i64)G * u;  // group g's u-th edge of this iteration
             valid[u] = e < item.end;
             cols[u] = valid[u] ? (i64)indices[e] : 0;
@@ -317,7 +315,6 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
         }
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
-            if (e0 + (i64)G * u >= item.end) break;
             const bool load = on && valid[u];
             if (DOT) span_load<VEC, NV>(gather_d, cols[u], H, h, r, D, load, xd[u]);
             span_load<VEC, NV>(gather_f, cols[u], H, h, r, F, load, xf[u]);
@@ -339,7 +336,6 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
         }
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
-            if (e0 + (i64)G * u >= item.end) break;
             acc_t score, dscore;
             if (DOT) {
                 // Over the sources the edge's row joins the item's own k[src] (and v[src] below).
