@@ -4,8 +4,8 @@ graph_attention and gat_attention, float32, on a uniform and an R-MAT graph of 1
 
 Run on a machine with a GPU, from the repository root:
     PYTHONPATH=. python3 benchmarks/fused_stages.py OUT.json
-The stages are launched through the launcher's own helpers (gpu/attention.py: _span_for,
-_run_span), the whole ops through the public API with replay of repeated calls off.
+The stages are launched through the launcher's own helpers (gpu/attention.py: span_for,
+run_span), the whole ops through the public API with replay of repeated calls off.
 Medians of 10 event-timed calls after 2 untimed ones (bench.timing.time_gpu).
 """
 
@@ -45,19 +45,19 @@ def measure(graph, graph_t, graph_name, H, F, rng):
     gat_out, gat_lse = ca.gat_attention(graph, a_dst, a_src, v, return_lse=True)
     row_dot = attention.row_dots(graph, grad_out, out)
     grad_q, grad_k, grad_v = cupy.empty_like(q), cupy.empty_like(k), cupy.empty_like(v)
-    shape = attention._span_for("grad", q, k, v, grad_out)
+    shape = attention.span_for("grad", q, k, v, grad_out)
     span = dict(score="dot", a=q, b=k, c=1 / np.sqrt(F), v=v)
     backward = dict(grad_out=grad_out, lse=lse, row_dot=row_dot)
     return dict(
         graph=graph_name,
         H=H,
         F=F,
-        forward_ms=timed(lambda: attention._run_span("forward", shape, graph=graph, out1=out, lse_out=lse, **span)),
+        forward_ms=timed(lambda: attention.run_span("forward", shape, graph=graph, out1=out, lse_out=lse, **span)),
         rows_pass_ms=timed(
-            lambda: attention._run_span("grad", shape, graph=graph, out1=grad_q, fwd_out=out, **backward, **span)
+            lambda: attention.run_span("grad", shape, graph=graph, out1=grad_q, fwd_out=out, **backward, **span)
         ),
         sources_pass_ms=timed(
-            lambda: attention._run_span("sources", shape, graph=graph_t, out1=grad_k, out2=grad_v, **backward, **span)
+            lambda: attention.run_span("sources", shape, graph=graph_t, out1=grad_k, out2=grad_v, **backward, **span)
         ),
         graph_attention_backward_ms=timed(lambda: ca.graph_attention_backward(graph, q, k, v, out, grad_out, lse)),
         gat_attention_forward_ms=timed(lambda: ca.gat_attention(graph, a_dst, a_src, v)),

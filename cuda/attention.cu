@@ -153,6 +153,13 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
 
 // ---- Head-span kernels: the fused ops' row passes with each node row gathered by the whole warp ----
 //
+// Also gatv2_attention's (score kind SCORE_GATV2; the row kernels of gatv2.cu take the shapes
+// these do not): a, b = x_dst, x_src, v = x_src, c = the slope, att (H, D) read whole by
+// every warp. Over the rows each edge's x_src row is gathered once, for the score and the
+// message; the row pass writes grad_x_dst and, per warp, the att gradient's terms (see
+// attention_span); the pass over the sources gathers x_dst[dst] and grad_out[dst] and writes
+// grad_x_src = sum ds * att * leaky_relu'(z) + p * grad_out[dst].
+//
 // Lanes: S lanes per head (from the launcher: the fewest, a power of two, whose loads cover
 // a head's row); a group is S lanes for each of the heads rounded up to a power of two, and
 // the warp holds G = WARP / group groups, which take the item's edges in turn (group g the
@@ -238,46 +245,84 @@ __device__ __forceinline__ void span_store(const acc_t* acc, acc_t scale_by, boo
     }
 }
 
-template <int STAGE, bool DOT, bool EDGE, int VEC, int NV>
-__device__ __forceinline__ void attention_span(const i64* items, i64 num_items, i64 num_whole, int H, int S, int D,
-                                               int F, const idx_t* indices, const scalar_t* a, const scalar_t* b,
-                                               acc_t c, const scalar_t* v, const scalar_t* grad_out,
-                                               const lse_t* lse, const scalar_t* fwd_out, acc_t* row_dot,
-                                               scalar_t* out1, lse_t* lse_out, acc_t* partial1,
-                                               SoftmaxState* partial_state, scalar_t* out2, acc_t* partial2,
-                                               const scalar_t* edge, const i64* edge_perm, scalar_t* grad_edge) {
+// A warp's lanes in the head-span kernels: edge groups of group_lanes lanes (G of them), S
+// lanes per head; lane (g, h, r) serves head h of group g at position r (on: h < H). A group
+// is the lanes of every head (heads rounded up to a power of two), S per head; the G groups
+// take an item's edges in turn. Every count is a power of two: shifts and masks, not
+// divisions (this runs once per item, and items average a few edges on skewed graphs).
+struct SpanLanes {
+    int group_lanes, G, g, h, r;
+    bool on;
+};
+
+__device__ __forceinline__ SpanLanes span_lanes(int H, int S) {
+    const int lane = lane_id();
+    const int s_bits = __ffs(S) - 1;
+    const int head_bits = H > 1 ? 32 - __clz(H - 1) : 0;
+    const int group_bits = s_bits + head_bits;
+    SpanLanes lanes;
+    lanes.group_lanes = 1 << group_bits;
+    lanes.G = WARP >> group_bits;
+    lanes.g = lane >> group_bits;
+    lanes.h = (lane >> s_bits) & ((1 << head_bits) - 1);
+    lanes.r = lane & (S - 1);
+    lanes.on = lanes.h < H;
+    return lanes;
+}
+
+// The score kinds of the head-span kernels: graph_attention (scale * <q, k>), gat_attention
+// (leaky_relu(a_dst + a_src)) and gatv2_attention (sum_k att[h, k] * leaky_relu(x_dst[k] +
+// x_src[k]), whose derivative is per element: att[h, k] * leaky_relu'(z[k])).
+#define SCORE_DOT 0
+#define SCORE_GAT 1
+#define SCORE_GATV2 2
+
+__device__ __forceinline__ acc_t leaky(acc_t z, acc_t slope) { return z > 0 ? z : slope * z; }
+// 1 for z > 0, the slope otherwise (also at exactly 0, as on the CPU).
+__device__ __forceinline__ acc_t leaky_grad(acc_t z, acc_t slope) { return z > 0 ? (acc_t)1 : slope; }
+
+// One plan item (items[index]) of a head-span kernel. gatv2's row pass also adds each edge's
+// ds * leaky_relu(z) to acc_att (the lane's W elements of its head's att gradient), across
+// the warp's items (see attention_span).
+template <int STAGE, int KIND, bool EDGE, int VEC, int NV>
+__device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* items, i64 num_items, i64 num_whole,
+                                          int H, int S, int D, int F, const idx_t* indices, const scalar_t* a,
+                                          const scalar_t* b, acc_t c, const scalar_t* v, const scalar_t* grad_out,
+                                          const lse_t* lse, const scalar_t* fwd_out, acc_t* row_dot,
+                                          scalar_t* out1, lse_t* lse_out, acc_t* partial1,
+                                          SoftmaxState* partial_state, scalar_t* out2, acc_t* partial2,
+                                          const scalar_t* edge, const i64* edge_perm, scalar_t* grad_edge,
+                                          const scalar_t* att, acc_t* att_partial) {
     constexpr int W = VEC * NV;
+    constexpr bool DOT = KIND == SCORE_DOT, V2 = KIND == SCORE_GATV2;
+    constexpr bool ROWS = KIND != SCORE_GAT;  // node rows of width D enter the score
+    // gatv2 over the rows gathers x_src once, for the score and the message (xf); over the
+    // sources it gathers x_dst (xd) and grad_out (xf).
+    constexpr bool GATHER_D = DOT || (V2 && STAGE == SPAN_SOURCES);
+    static_assert(!(V2 && EDGE), "gatv2 takes no edge data");
     // Edges in flight per warp. Measured on an H200: four (where a lane's segment is short)
     // made the backward's row pass 1.3x slower on an R-MAT graph (more registers, fewer warps
     // to hide each item's start).
     constexpr int SPAN_EDGES = 2;
-    i64 index;
-    Item item;
-    if (!warp_item(items, 0, num_items, index, item)) return;
-    const int lane = lane_id();
-    // Edge groups: a group is the lanes of every head (heads rounded up to a power of two),
-    // S per head; G = WARP / group_lanes groups take the item's edges in turn. Every count is
-    // a power of two: shifts and masks, not divisions (the prologue runs once per item, and
-    // items average a few edges on skewed graphs).
-    const int s_bits = __ffs(S) - 1;
-    const int head_bits = H > 1 ? 32 - __clz(H - 1) : 0;
-    const int group_bits = s_bits + head_bits;
-    const int group_lanes = 1 << group_bits;
-    const int G = WARP >> group_bits;
-    const int g = lane >> group_bits, h = (lane >> s_bits) & ((1 << head_bits) - 1), r = lane & (S - 1);
-    const bool on = h < H;
+    const Item item = plan_item(items, index);
+    const SpanLanes lanes = span_lanes(H, S);
+    const int group_lanes = lanes.group_lanes, G = lanes.G, g = lanes.g, h = lanes.h, r = lanes.r;
+    const bool on = lanes.on;
     const i64 row = item.row;
     const bool split = item.split >= 0;
     const i64 slot = index - num_whole;
 
     // The item's own rows: q[row] (forward, grad) or k[row] (sources), for the dot score;
     // grad_out[row] (grad) or v[row] (sources), for <grad_out[dst], v[src]>.
-    acc_t own_d[W], own_f[W];
-    if (DOT) span_load<VEC, NV>(STAGE == SPAN_SOURCES ? b : a, row, H, h, r, D, on, own_d);
+    // gatv2: x_dst[row] (rows) or x_src[row] (sources), and its head's att row.
+    acc_t own_d[W], own_f[W], own_att[W];
+    if (ROWS) span_load<VEC, NV>(STAGE == SPAN_SOURCES ? b : a, row, H, h, r, D, on, own_d);
     if (STAGE == SPAN_GRAD) span_load<VEC, NV>(grad_out, row, H, h, r, F, on, own_f);
     if (STAGE == SPAN_SOURCES) span_load<VEC, NV>(v, row, H, h, r, F, on, own_f);
+    if (V2) span_load<VEC, NV>(att, 0, H, h, r, D, on, own_att);
     // gat: the row's own term of z (a_dst[row] over rows, a_src[row] over sources).
-    const acc_t own_term = !DOT && on ? load_scalar((STAGE == SPAN_SOURCES ? b : a) + row * H + h) : (acc_t)0;
+    const acc_t own_term =
+        KIND == SCORE_GAT && on ? load_scalar((STAGE == SPAN_SOURCES ? b : a) + row * H + h) : (acc_t)0;
     const acc_t own_lse = STAGE == SPAN_GRAD && on ? lse[row * H + h] : (acc_t)0;
     // The row pass computes row_dot = <grad_out[row], out[row]> itself and stores it for the
     // source pass (every item of a split row stores the same value).
@@ -316,9 +361,10 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
             const bool load = on && valid[u];
-            if (DOT) span_load<VEC, NV>(gather_d, cols[u], H, h, r, D, load, xd[u]);
+            if (GATHER_D) span_load<VEC, NV>(gather_d, cols[u], H, h, r, D, load, xd[u]);
             span_load<VEC, NV>(gather_f, cols[u], H, h, r, F, load, xf[u]);
-            terms[u] = !DOT && load ? load_scalar((STAGE == SPAN_SOURCES ? a : b) + cols[u] * H + h) : (acc_t)0;
+            terms[u] = KIND == SCORE_GAT && load ? load_scalar((STAGE == SPAN_SOURCES ? a : b) + cols[u] * H + h)
+                                                 : (acc_t)0;
             if (STAGE == SPAN_SOURCES) {  // the destination's row terms, loaded with its rows
                 dst_lse[u] = load ? lse[cols[u] * H + h] : (acc_t)0;
                 dst_row_dot[u] = load ? row_dot[cols[u] * H + h] : (acc_t)0;
@@ -348,6 +394,14 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
                 }
                 score = c * span_sum(part, S);
                 dscore = c;
+            } else if (V2) {
+                // z = x_dst + x_src: own row and x_src[col] (xf) over the rows, x_dst[col] (xd)
+                // and own row over the sources; the derivative is per element (below).
+                acc_t part = 0;
+#pragma unroll
+                for (int i = 0; i < W; ++i) part += own_att[i] * leaky(own_d[i] + (GATHER_D ? xd[u][i] : xf[u][i]), c);
+                score = span_sum(part, S);
+                dscore = 1;
             } else {
                 acc_t z = own_term + terms[u];
                 if (EDGE) z += edge_term[u];
@@ -390,6 +444,15 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
                 if (DOT) {
 #pragma unroll
                     for (int i = 0; i < W; ++i) acc_d[i] += w1 * xd[u][i];
+                } else if (V2) {
+                    // grad of z: ds * att * leaky_relu'(z), the same for x_dst and x_src; the
+                    // row pass also sums ds * leaky_relu(z) for att.
+#pragma unroll
+                    for (int i = 0; i < W; ++i) {
+                        const acc_t z = own_d[i] + (GATHER_D ? xd[u][i] : xf[u][i]);
+                        acc_d[i] += w1 * own_att[i] * leaky_grad(z, c);
+                        if (STAGE == SPAN_GRAD) acc_att[i] += w1 * leaky(z, c);
+                    }
                 } else {
                     acc_s += w1;
                 }
@@ -417,10 +480,10 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
         } else {
 #pragma unroll
             for (int i = 0; i < W; ++i) {
-                if (DOT) acc_d[i] += shfl_xor(acc_d[i], offset);
+                if (ROWS) acc_d[i] += shfl_xor(acc_d[i], offset);
                 if (STAGE == SPAN_SOURCES) acc_f[i] += shfl_xor(acc_f[i], offset);
             }
-            if (!DOT) acc_s += shfl_xor(acc_s, offset);
+            if (KIND == SCORE_GAT) acc_s += shfl_xor(acc_s, offset);
         }
     }
     if (g != 0) return;
@@ -435,13 +498,17 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
         }
         return;
     }
-    if (DOT) {
+    if (V2 && STAGE == SPAN_SOURCES) {  // grad_x_src: the score's part and the message's
+#pragma unroll
+        for (int i = 0; i < W; ++i) acc_d[i] += acc_f[i];
+    }
+    if (ROWS) {
         span_store<W>(acc_d, 1, on, r, D, out1 + row * HD + h * D, split ? partial1 + slot * HD + h * D : 0);
     } else if (on && r == 0) {
         if (split) partial1[slot * H + h] = acc_s;
         else store_scalar(out1 + row * H + h, acc_s);
     }
-    if (STAGE == SPAN_SOURCES) {
+    if (STAGE == SPAN_SOURCES && !V2) {
         span_store<W>(acc_f, 1, on, r, F, out2 + row * HF + h * F, split ? partial2 + slot * HF + h * F : 0);
     }
 }
@@ -451,35 +518,68 @@ __device__ __forceinline__ void attention_span(const i64* items, i64 num_items, 
         const scalar_t *a, const scalar_t *b, acc_t c, const scalar_t *v, const scalar_t *grad_out,            \
         const lse_t *lse, const scalar_t *fwd_out, acc_t *row_dot, scalar_t *out1, lse_t *lse_out,             \
         acc_t *partial1, SoftmaxState *partial_state, scalar_t *out2, acc_t *partial2, const scalar_t *edge,    \
-        const i64 *edge_perm, scalar_t *grad_edge
+        const i64 *edge_perm, scalar_t *grad_edge, const scalar_t *att, acc_t *att_partial
 #define SPAN_PASS                                                                                                \
     items, num_items, num_whole, H, S, D, F, indices, a, b, c, v, grad_out, lse, fwd_out, row_dot, out1, lse_out,  \
-        partial1, partial_state, out2, partial2, edge, edge_perm, grad_edge
-#define SPAN_ENTRY_POINT(NAME, STAGE, DOT, EDGE, VEC, NV)                                \
-    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS) NAME(SPAN_ARGS) {      \
-        attention_span<STAGE, DOT, EDGE, VEC, NV>(SPAN_PASS);                            \
+        partial1, partial_state, out2, partial2, edge, edge_perm, grad_edge, att, att_partial
+
+// A warp per plan item; gatv2's row pass instead takes a fixed, strided set of items per warp
+// (items warp, warp + num_warps, ...: the launcher starts at most a fixed number of warps) and
+// writes the sum of its items' att terms, groups combined in a fixed order, to its own slot
+// of att_partial (num_warps, H, D), which gatv2_reduce_att (gatv2.cu) adds up in order.
+template <int STAGE, int KIND, bool EDGE, int VEC, int NV>
+__device__ __forceinline__ void attention_span(SPAN_ARGS) {
+    constexpr int W = VEC * NV;
+    acc_t acc_att[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) acc_att[i] = 0;
+    if (!(KIND == SCORE_GATV2 && STAGE == SPAN_GRAD)) {
+        i64 index;
+        if (warp_entry(0, num_items, index)) span_item<STAGE, KIND, EDGE, VEC, NV>(index, acc_att, SPAN_PASS);
+        return;
     }
+    const i64 warp = grid_warp(), num_warps = (i64)gridDim.x * BLOCK_WARPS;
+    for (i64 index = warp; index < num_items; index += num_warps) {
+        span_item<STAGE, KIND, EDGE, VEC, NV>(index, acc_att, SPAN_PASS);
+    }
+    const SpanLanes lanes = span_lanes(H, S);
+    for (int offset = lanes.group_lanes; offset < WARP; offset *= 2) {
+#pragma unroll
+        for (int i = 0; i < W; ++i) acc_att[i] += shfl_xor(acc_att[i], offset);
+    }
+    if (lanes.g != 0 || !lanes.on) return;
+    acc_t* slot = att_partial + (warp * H + lanes.h) * D + lanes.r * W;
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+        if (lanes.r * W + i >= D) break;
+        slot[i] = acc_att[i];
+    }
+}
+
+#define SPAN_ENTRY_POINT(NAME, STAGE, KIND, EDGE, VEC, NV)                               \
+    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS) NAME(SPAN_ARGS) {      \
+        attention_span<STAGE, KIND, EDGE, VEC, NV>(SPAN_PASS);                           \
+    }
+// Every shape (VEC x NV) of one stage and kind, with edge data (EDGE, SUFFIX _edges) or not.
+#define SPAN_SHAPE_ENTRY_POINTS(PREFIX, STAGE, KIND, EDGE, SUFFIX)        \
+    SPAN_ENTRY_POINT(PREFIX##_span1x1##SUFFIX, STAGE, KIND, EDGE, 1, 1)   \
+    SPAN_ENTRY_POINT(PREFIX##_span1x2##SUFFIX, STAGE, KIND, EDGE, 1, 2)   \
+    SPAN_ENTRY_POINT(PREFIX##_span1x4##SUFFIX, STAGE, KIND, EDGE, 1, 4)   \
+    SPAN_ENTRY_POINT(PREFIX##_span4x1##SUFFIX, STAGE, KIND, EDGE, 4, 1)   \
+    SPAN_ENTRY_POINT(PREFIX##_span4x2##SUFFIX, STAGE, KIND, EDGE, 4, 2)   \
+    SPAN_ENTRY_POINT(PREFIX##_span4x4##SUFFIX, STAGE, KIND, EDGE, 4, 4)   \
+    SPAN_ENTRY_POINT(PREFIX##_span8x1##SUFFIX, STAGE, KIND, EDGE, 8, 1)   \
+    SPAN_ENTRY_POINT(PREFIX##_span8x2##SUFFIX, STAGE, KIND, EDGE, 8, 2)
 // Without and with edge data (_edges: edge_feat rows for dot, edge_score terms for gat).
-#define SPAN_ENTRY_POINTS(PREFIX, STAGE, DOT)                              \
-    SPAN_ENTRY_POINT(PREFIX##_span1x1, STAGE, DOT, false, 1, 1)            \
-    SPAN_ENTRY_POINT(PREFIX##_span1x2, STAGE, DOT, false, 1, 2)            \
-    SPAN_ENTRY_POINT(PREFIX##_span1x4, STAGE, DOT, false, 1, 4)            \
-    SPAN_ENTRY_POINT(PREFIX##_span4x1, STAGE, DOT, false, 4, 1)            \
-    SPAN_ENTRY_POINT(PREFIX##_span4x2, STAGE, DOT, false, 4, 2)            \
-    SPAN_ENTRY_POINT(PREFIX##_span4x4, STAGE, DOT, false, 4, 4)            \
-    SPAN_ENTRY_POINT(PREFIX##_span8x1, STAGE, DOT, false, 8, 1)            \
-    SPAN_ENTRY_POINT(PREFIX##_span8x2, STAGE, DOT, false, 8, 2)            \
-    SPAN_ENTRY_POINT(PREFIX##_span1x1_edges, STAGE, DOT, true, 1, 1)       \
-    SPAN_ENTRY_POINT(PREFIX##_span1x2_edges, STAGE, DOT, true, 1, 2)       \
-    SPAN_ENTRY_POINT(PREFIX##_span1x4_edges, STAGE, DOT, true, 1, 4)       \
-    SPAN_ENTRY_POINT(PREFIX##_span4x1_edges, STAGE, DOT, true, 4, 1)       \
-    SPAN_ENTRY_POINT(PREFIX##_span4x2_edges, STAGE, DOT, true, 4, 2)       \
-    SPAN_ENTRY_POINT(PREFIX##_span4x4_edges, STAGE, DOT, true, 4, 4)       \
-    SPAN_ENTRY_POINT(PREFIX##_span8x1_edges, STAGE, DOT, true, 8, 1)       \
-    SPAN_ENTRY_POINT(PREFIX##_span8x2_edges, STAGE, DOT, true, 8, 2)
-SPAN_ENTRY_POINTS(attention_dot_forward, SPAN_FORWARD, true)
-SPAN_ENTRY_POINTS(attention_dot_grad, SPAN_GRAD, true)
-SPAN_ENTRY_POINTS(attention_dot_sources, SPAN_SOURCES, true)
-SPAN_ENTRY_POINTS(attention_gat_forward, SPAN_FORWARD, false)
-SPAN_ENTRY_POINTS(attention_gat_grad, SPAN_GRAD, false)
-SPAN_ENTRY_POINTS(attention_gat_sources, SPAN_SOURCES, false)
+#define SPAN_ENTRY_POINTS(PREFIX, STAGE, KIND)              \
+    SPAN_SHAPE_ENTRY_POINTS(PREFIX, STAGE, KIND, false, )   \
+    SPAN_SHAPE_ENTRY_POINTS(PREFIX, STAGE, KIND, true, _edges)
+SPAN_ENTRY_POINTS(attention_dot_forward, SPAN_FORWARD, SCORE_DOT)
+SPAN_ENTRY_POINTS(attention_dot_grad, SPAN_GRAD, SCORE_DOT)
+SPAN_ENTRY_POINTS(attention_dot_sources, SPAN_SOURCES, SCORE_DOT)
+SPAN_ENTRY_POINTS(attention_gat_forward, SPAN_FORWARD, SCORE_GAT)
+SPAN_ENTRY_POINTS(attention_gat_grad, SPAN_GRAD, SCORE_GAT)
+SPAN_ENTRY_POINTS(attention_gat_sources, SPAN_SOURCES, SCORE_GAT)
+SPAN_SHAPE_ENTRY_POINTS(attention_gatv2_forward, SPAN_FORWARD, SCORE_GATV2, false, )
+SPAN_SHAPE_ENTRY_POINTS(attention_gatv2_grad, SPAN_GRAD, SCORE_GATV2, false, )
+SPAN_SHAPE_ENTRY_POINTS(attention_gatv2_sources, SPAN_SOURCES, SCORE_GATV2, false, )

@@ -192,14 +192,20 @@ __device__ __forceinline__ bool warp_entry(i64 first, i64 count, i64& index) {
     return index < count;
 }
 
-// This warp's plan item, items[index] (items holds (row, begin, end, split) rows), for
-// entries [first, num_items) of the plan; false when the warp has none.
-__device__ __forceinline__ bool warp_item(const i64* items, i64 first, i64 num_items, i64& index, Item& item) {
-    if (!warp_entry(first, num_items, index)) return false;
+// Plan item items[index] (items holds (row, begin, end, split) rows); warp_item: this warp's,
+// for entries [first, num_items) of the plan, false when the warp has none.
+__device__ __forceinline__ Item plan_item(const i64* items, i64 index) {
+    Item item;
     item.row = items[4 * index];
     item.begin = items[4 * index + 1];
     item.end = items[4 * index + 2];
     item.split = items[4 * index + 3];
+    return item;
+}
+
+__device__ __forceinline__ bool warp_item(const i64* items, i64 first, i64 num_items, i64& index, Item& item) {
+    if (!warp_entry(first, num_items, index)) return false;
+    item = plan_item(items, index);
     return true;
 }
 

@@ -1,4 +1,6 @@
-// Fused GATv2 attention (gatv2_attention), forward and backward. For an edge e from source
+// Fused GATv2 attention (gatv2_attention), forward and backward: the row kernels, for the
+// shapes the head-span kernels of attention.cu do not take (more than 32 heads, wide heads),
+// and gatv2_reduce_att, which both use. For an edge e from source
 // s to destination d and a head h, with z = x_dst[d, h, :] + x_src[s, h, :]:
 //   score[e, h] = sum_k att[h, k] * leaky_relu(z[k])
 //   out[d, h]   = sum over the row's edges of softmax_row(score)[e, h] * x_src[s, h, :]

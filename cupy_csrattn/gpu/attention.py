@@ -140,7 +140,7 @@ def _over_head_chunks(run, chunk, inputs, outputs):
                 x[:, heads_of] = part_out[name]
 
 
-def _span_for(stage, a, b, v, *others, edge=None):
+def span_for(stage, a, b, v, *others, edge=None):
     """(S, VEC, NV) of the head-span kernel of ``stage`` for these arrays, or None where it
     does not run (see _span_shape; a stage left out of SPAN_STAGES). Edge data runs only
     there: the callers split the heads first where the whole shape does not fit (_head_chunks)."""
@@ -155,7 +155,7 @@ def _head_chunks(a, b, v, *others, edge, edge_name):
     """Heads per launch for edge data (see _head_chunk), or None where the whole op fits the
     head-span kernels or has no edge data; a ValueError naming ``edge_name`` where one head
     is too wide for them."""
-    if edge is None or _span_for("forward", a, b, v, *others, edge=edge) is not None:
+    if edge is None or span_for("forward", a, b, v, *others, edge=edge) is not None:
         return None
     depth, features = a.shape[2] if a.ndim == 3 else 0, v.shape[2]
     chunk, widest = _head_chunk(v.shape[1], depth, features, v.dtype.itemsize)
@@ -164,11 +164,13 @@ def _head_chunks(a, b, v, *others, edge, edge_name):
     return chunk
 
 
-def _run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=None, edge=None, **backward):
-    """One head-span kernel of ``shape`` (from _span_for) over the graph's fused plan, split
+def run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=None, edge=None, warps=None, **backward):
+    """One head-span kernel of ``shape`` (from span_for) over the graph's fused plan, split
     rows merged after; ``edge``: the edge data, if any (edge_feat or edge_score, in the
-    caller's edge order); ``backward``: grad_out, lse, fwd_out, row_dot, edge_perm (over the
-    transpose) and grad_edge as the stage takes them."""
+    caller's edge order); ``warps``: the warps to start (default one per plan item; gatv2's
+    row pass takes fewer, each summing a strided set of items); ``backward``: grad_out, lse,
+    fwd_out, row_dot, edge_perm (over the transpose), grad_edge, att and att_partial as the
+    stage takes them."""
     lanes, vec, nv = shape
     heads, features = v.shape[1], v.shape[2]
     plan = plans.plan_for(graph, fused=True)
@@ -182,7 +184,7 @@ def _run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=N
         f"attention_{score}_{stage}_span{vec}x{nv}" + ("" if edge is None else "_edges"),
         v.dtype,
         graph.index_dtype,
-        warp_grid(plan.num_items),
+        warp_grid(plan.num_items if warps is None else warps),
         items=plan.items,
         num_items=plan.num_items,
         num_whole=plan.num_whole,
@@ -216,9 +218,9 @@ def _fused_forward(score, graph, a, b, c, values, out, lse, edge=None, edge_name
         run = partial(_fused_forward, score, graph, c=c, edge_name=edge_name)
         _over_head_chunks(run, chunk, dict(a=a, b=b, values=values, edge=edge), dict(out=out, lse=lse))
         return
-    shape = _span_for("forward", a, b, values, out, edge=edge)
+    shape = span_for("forward", a, b, values, out, edge=edge)
     if shape is not None:
-        _run_span("forward", shape, score, graph, a, b, c, values, out, lse_out=lse, edge=edge)
+        run_span("forward", shape, score, graph, a, b, c, values, out, lse_out=lse, edge=edge)
         return
     run_row_kernels(
         f"attention_{score}_forward", graph, values, out, _score_args(a, b, c), softmax=True, lse_out=lse, fused=True
@@ -264,10 +266,10 @@ def _fused_backward(
         _over_head_chunks(run, chunk, inputs, dict(grad_a=grad_a, grad_b=grad_b, grad_v=grad_v, grad_edge=grad_edge))
         return
     heads = grad_v.shape[1]
-    grad_shape = _span_for("grad", a, b, v, out, grad_out, edge=edge)
+    grad_shape = span_for("grad", a, b, v, out, grad_out, edge=edge)
     if grad_shape is not None:
         row_dot = scratch(out.shape[:2], accumulation_dtype(out.dtype))
-        _run_span(
+        run_span(
             "grad",
             grad_shape,
             score,
@@ -290,12 +292,12 @@ def _fused_backward(
         grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)
         run_row_kernels(f"attention_{score}_grad", graph, b_values, grad_a, grad_args, fused=True)
     graph_t, perm = graph.transpose()
-    sources_shape = _span_for("sources", a, b, v, out, grad_out, edge=edge)
+    sources_shape = span_for("sources", a, b, v, out, grad_out, edge=edge)
     if sources_shape is not None:
         backward = dict(grad_out=grad_out, lse=lse, row_dot=row_dot)
         if edge is not None:
             backward.update(edge=edge, edge_perm=perm)
-        _run_span("sources", sources_shape, score, graph_t, a, b, c, v, grad_b, out2=grad_v, **backward)
+        run_span("sources", sources_shape, score, graph_t, a, b, c, v, grad_b, out2=grad_v, **backward)
     else:
         a_values = a if score == "dot" else unit_values(graph, heads, v.dtype)[: graph.num_dst]
         grad_args = _score_args(a, b, c, lse=lse, grad_out=grad_out, v=v, row_dot=row_dot)

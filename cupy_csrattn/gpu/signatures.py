@@ -127,16 +127,19 @@ ATTENTION_STAGES = ("forward", "probs_t", "grad", "grad_t")
 for _score in ATTENTION_SCORES:
     for _stage in ATTENTION_STAGES:
         _declare_rows("attention", f"attention_{_score}_{_stage}", _ATTENTION)
-# The head-span kernels (VEC-element loads, NV vectors per lane) of each score and stage.
+# The head-span kernels (VEC-element loads, NV vectors per lane) of each score and stage;
+# "dot" and "gat" also with edge data (_edges); gatv2's att and the att gradient's per-warp
+# partials at the end.
 SPAN_SHAPES = ((1, 1), (1, 2), (1, 4), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2))
 SPAN_STAGES = ("forward", "grad", "sources")
-for _score in ATTENTION_SCORES:
+SPAN_SCORES = {"dot": ("", "_edges"), "gat": ("", "_edges"), "gatv2": ("",)}
+for _score, _variants in SPAN_SCORES.items():
     for _stage in SPAN_STAGES:
         _declare(
             "attention",
             [
-                f"attention_{_score}_{_stage}_span{vec}x{nv}{edges}"
-                for edges in ("", "_edges")
+                f"attention_{_score}_{_stage}_span{vec}x{nv}{variant}"
+                for variant in _variants
                 for vec, nv in SPAN_SHAPES
             ],
             _params(
@@ -145,7 +148,7 @@ for _score in ATTENTION_SCORES:
                 "const lse_t* lse?, const scalar_t* fwd_out?, acc_t* row_dot?, scalar_t* out1, lse_t* lse_out?, "
                 "acc_t* partial1?, "
                 "SoftmaxState* partial_state?, scalar_t* out2?, acc_t* partial2?, const scalar_t* edge?, "
-                "const i64* edge_perm?, scalar_t* grad_edge?"
+                "const i64* edge_perm?, scalar_t* grad_edge?, const scalar_t* att?, acc_t* att_partial?"
             ),
         )
 _declare(
