@@ -59,8 +59,7 @@ struct DotScore {
     }
 };
 
-// score = leaky_relu(z), z = a_dst[dst, h] + a_src[src, h]; its derivative in z is 1 for
-// z > 0 and the slope otherwise (also at exactly 0, as on the CPU).
+// score = leaky_relu(z), z = a_dst[dst, h] + a_src[src, h], and its derivative in z.
 struct GatScore {
     const scalar_t* a_dst;
     const scalar_t* a_src;
@@ -68,8 +67,8 @@ struct GatScore {
     acc_t slope;
     __device__ acc_t operator()(i64 dst, i64 src, int head, acc_t* dscore) const {
         acc_t z = load_scalar(a_dst + dst * H + head) + load_scalar(a_src + src * H + head);
-        *dscore = z > 0 ? (acc_t)1 : slope;
-        return z > 0 ? z : slope * z;
+        *dscore = leaky_grad(z, slope);
+        return leaky(z, slope);
     }
 };
 
@@ -277,10 +276,6 @@ __device__ __forceinline__ SpanLanes span_lanes(int H, int S) {
 #define SCORE_GAT 1
 #define SCORE_GATV2 2
 
-__device__ __forceinline__ acc_t leaky(acc_t z, acc_t slope) { return z > 0 ? z : slope * z; }
-// 1 for z > 0, the slope otherwise (also at exactly 0, as on the CPU).
-__device__ __forceinline__ acc_t leaky_grad(acc_t z, acc_t slope) { return z > 0 ? (acc_t)1 : slope; }
-
 // One plan item (items[index]) of a head-span kernel. gatv2's row pass also adds each edge's
 // ds * leaky_relu(z) to acc_att (the lane's W elements of its head's att gradient), across
 // the warp's items (see attention_span).
@@ -405,8 +400,8 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
             } else {
                 acc_t z = own_term + terms[u];
                 if (EDGE) z += edge_term[u];
-                score = z > 0 ? z : c * z;
-                dscore = z > 0 ? (acc_t)1 : c;
+                score = leaky(z, c);
+                dscore = leaky_grad(z, c);
             }
             if (STAGE == SPAN_FORWARD) {
                 if (!valid[u]) continue;  // after this slot's last shuffle

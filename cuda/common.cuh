@@ -118,6 +118,11 @@ __device__ __forceinline__ acc_t state_lse(SoftmaxState s) {
     return s.m + log_acc(s.l);
 }
 
+// leaky_relu(z) and its derivative: 1 for z > 0, the slope otherwise (also at exactly 0, as
+// on the CPU).
+__device__ __forceinline__ acc_t leaky(acc_t z, acc_t slope) { return z > 0 ? z : slope * z; }
+__device__ __forceinline__ acc_t leaky_grad(acc_t z, acc_t slope) { return z > 0 ? (acc_t)1 : slope; }
+
 // exp(score - lse) with rows of lse -inf at zero weight.
 __device__ __forceinline__ acc_t prob_from_lse(acc_t score, acc_t lse) {
     if (lse == neg_inf()) return 0;

@@ -40,9 +40,6 @@
 #define GATV2_GRAD_DST 1
 #define GATV2_GRAD_SRC 2
 
-__device__ __forceinline__ acc_t gatv2_leaky(acc_t z, acc_t slope) { return z > 0 ? z : slope * z; }
-// The derivative of leaky_relu: 1 for z > 0, the slope otherwise (also at exactly 0, as on the CPU).
-__device__ __forceinline__ acc_t gatv2_leaky_grad(acc_t z, acc_t slope) { return z > 0 ? (acc_t)1 : slope; }
 
 struct GatV2Args {
     const i64* items;
@@ -114,7 +111,7 @@ __device__ __forceinline__ void gatv2_rows(const GatV2Args& a) {
                                 const acc_t x = load_scalar(src_row + d);
                                 const acc_t zd = load_scalar(dst_row + d) + x;
                                 const acc_t w = load_scalar(att_row + d);
-                                score_part += w * gatv2_leaky(zd, a.slope);
+                                score_part += w * leaky(zd, a.slope);
                                 acc_t g = 0;
                                 if (MODE != GATV2_FORWARD) {
                                     g = load_scalar(grad_row + d);
@@ -147,10 +144,10 @@ __device__ __forceinline__ void gatv2_rows(const GatV2Args& a) {
                         }
 #pragma unroll
                         for (int t = 0; t < GATV2_NACC; ++t) {
-                            const acc_t dz = ds * at[t] * gatv2_leaky_grad(z[t], a.slope);
+                            const acc_t dz = ds * at[t] * leaky_grad(z[t], a.slope);
                             if (MODE == GATV2_GRAD_DST) {
                                 acc[t] += dz;
-                                att_sum[t] += ds * gatv2_leaky(z[t], a.slope);
+                                att_sum[t] += ds * leaky(z[t], a.slope);
                             } else {
                                 acc[t] += p * go[t] + dz;
                             }
