@@ -191,6 +191,45 @@ def test_fused_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, head_
             _close(got, want, dtype)
 
 
+# (SPAN_STAGES, SPAN_GROUP_STAGES) of gpu/attention.py: the same shapes on each kernel set.
+KERNEL_SETS = {
+    "row": (set(), {"forward", "grad", "sources"}),
+    "span": ({"forward", "grad", "sources"}, {"forward", "grad", "sources"}),
+    "span-no-groups": ({"forward", "grad", "sources"}, set()),
+}
+
+
+@pytest.mark.parametrize("kernel_set", list(KERNEL_SETS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("heads,head_dim", [(8, 16), (1, 64), (4, 64), (3, 5)], ids=str)
+def test_fused_kernel_sets_match_cpu(cupy, plan_limits, monkeypatch, kernel_set, dtype, heads, head_dim):
+    """The three fused ops, forward and backward, on the row kernels, the head-span kernels
+    and the head-span kernels without edge groups, against the CPU backend."""
+    from cupy_csrattn.gpu import attention, replay
+
+    stages, group_stages = KERNEL_SETS[kernel_set]
+    monkeypatch.setattr(attention, "SPAN_STAGES", stages)
+    monkeypatch.setattr(attention, "SPAN_GROUP_STAGES", group_stages)
+    monkeypatch.setattr(replay, "ENABLED", False)
+    rng = np.random.default_rng(9)
+    g = _graph(rng, np.int32)
+    gg = g.to_gpu()
+    for op, inputs in _fused_inputs(rng, g, heads, head_dim, head_dim, dtype).items():
+        forward, backward = getattr(ca, op), getattr(ca, op + "_backward")
+        want_out, want_lse = forward(g, **inputs, return_lse=True)
+        got_out, got_lse = forward(gg, **{name: cupy.asarray(x) for name, x in inputs.items()}, return_lse=True)
+        _close(got_out, want_out, dtype)
+        finite = np.isfinite(want_lse)
+        _close(cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
+        grad_out = rng.standard_normal(want_out.shape).astype(dtype)
+        saved = [*inputs.values(), want_out, grad_out, want_lse]
+        wants = backward(g, *[x.astype(np.float64) for x in saved])
+        gots = backward(gg, *[cupy.asarray(x) for x in saved])
+        assert len(gots) == len(wants) == len(inputs)
+        for got, want in zip(gots, wants):
+            _close(got, want, dtype)
+
+
 def test_fused_special_rows_on_gpu(cupy, plan_limits):
     """gat: a row whose scores are all -inf gets zero output and lse -inf; graph_attention and
     gatv2: a NaN in q (x_dst) poisons its own row and head only, the hub row included."""

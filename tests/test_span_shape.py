@@ -63,3 +63,11 @@ def test_head_chunk(heads, depth, features, itemsize, want):
     """Heads per launch where edge data comes with a shape the head-span kernels do not take
     whole, and the widest head they take."""
     assert _head_chunk(heads, depth, features, itemsize) == want
+
+
+def test_span_shape_without_edge_groups():
+    """Without edge groups a head takes its whole share of the warp, loads of at most 4."""
+    halves = [_array(4096, np.float16), _array(8192, np.float16)]
+    assert _span_shape(8, 16, 16, halves, groups=False) == (4, 4, 1)
+    assert _span_shape(1, 64, 64, ALIGNED, groups=False) == (32, 4, 1)
+    assert _span_shape(32, 16, 16, ALIGNED, groups=False) == (1, 4, 4)

@@ -68,8 +68,11 @@ def _score_args(a, b, c, lse=None, grad_out=None, v=None, row_dot=None):
     )
 
 
-# The stages that run on the head-span kernels where their shape allows.
+# The stages that run on the head-span kernels where their shape allows, and those of them
+# whose kernels may split the warp into edge groups (without: a head takes its whole share of
+# the warp, loads of at most 4 elements). Benchmarks switch both.
 SPAN_STAGES = {"forward", "grad", "sources"}
+SPAN_GROUP_STAGES = {"forward", "grad", "sources"}
 
 
 # NV (vectors per lane) of the head-span kernels for each VEC (elements per load).
@@ -84,26 +87,29 @@ def _span_vector(width_gcd, arrays):
     return 4 if vector_width(width_gcd, *arrays) == 4 else 1
 
 
-def _span_layout(heads, width, vec):
+def _span_layout(heads, width, vec, groups=True):
     """(S, VEC, NV) of the head-span kernels (attention.cu) for ``heads`` heads of node rows of
     at most ``width`` elements, loaded ``vec`` elements at a time, or None where they do not
     apply: more heads than lanes, or rows wider than S * VEC * NV with NV at most 4 (2 for
-    VEC = 8). S, the lanes per head, is the fewest whose loads cover a head's row, so that the
-    rest of the warp takes other edges at once (edge groups)."""
+    VEC = 8). With ``groups``, S, the lanes per head, is the fewest whose loads cover a head's
+    row, so that the rest of the warp takes other edges at once (edge groups); without, S is
+    the head's whole share of the warp and VEC at most 4."""
     if heads > MAX_BATCHED_HEADS:
         return None
     max_lanes = WARP // (1 << (heads - 1).bit_length())
-    lanes = min(max_lanes, 1 << max(-(-width // vec) - 1, 0).bit_length())
+    if not groups:
+        vec = min(vec, 4)
+    lanes = min(max_lanes, 1 << max(-(-width // vec) - 1, 0).bit_length()) if groups else max_lanes
     for nv in SPAN_VECTORS[vec]:
         if lanes * vec * nv >= width:
             return lanes, vec, nv
     return None
 
 
-def _span_shape(heads, depth, features, arrays):
+def _span_shape(heads, depth, features, arrays, groups=True):
     """(S, VEC, NV) of the head-span kernels for node rows of ``depth`` (q, k; 0 for "gat") and
     ``features`` (v, grad_out) elements per head in ``arrays``, or None (see _span_layout)."""
-    return _span_layout(heads, max(depth, features), _span_vector(math.gcd(depth, features), arrays))
+    return _span_layout(heads, max(depth, features), _span_vector(math.gcd(depth, features), arrays), groups)
 
 
 def _head_chunk(heads, depth, features, itemsize):
@@ -148,7 +154,7 @@ def span_for(stage, a, b, v, *others, edge=None):
         return None
     depth = a.shape[2] if a.ndim == 3 else 0
     arrays = [x for x in (a, b, v, *others, edge) if x is not None and x.ndim == 3]
-    return _span_shape(v.shape[1], depth, v.shape[2], arrays)
+    return _span_shape(v.shape[1], depth, v.shape[2], arrays, stage in SPAN_GROUP_STAGES)
 
 
 def _head_chunks(a, b, v, *others, edge, edge_name):

@@ -57,7 +57,7 @@ def gatv2_attention(graph, x_dst, x_src, att, negative_slope, out, lse):
     heads, head_dim = x_dst.shape[1], x_dst.shape[2]
     if heads == 0 or (head_dim == 0 and lse is None):  # nothing to write
         return
-    shape = _span_shape(x_dst, x_src, att)
+    shape = _span_shape("forward", x_dst, x_src, att)
     if shape is not None:
         run_span("forward", shape, "gatv2", graph, x_dst, x_src, negative_slope, x_src, out, lse_out=lse, att=att)
         return
@@ -89,10 +89,10 @@ def gatv2_attention_backward(
     if heads * head_dim == 0:  # every gradient is empty
         return
     dtype = x_dst.dtype
-    shape = _span_shape(x_dst, x_src, att, out, grad_out)
-    if shape is not None:
+    shapes = [_span_shape(stage, x_dst, x_src, att, out, grad_out) for stage in ("grad", "sources")]
+    if None not in shapes:
         grads = grad_x_dst, grad_x_src, grad_att
-        _span_backward(shape, graph, x_dst, x_src, att, out, grad_out, lse, negative_slope, *grads)
+        _span_backward(shapes, graph, x_dst, x_src, att, out, grad_out, lse, negative_slope, *grads)
         return
     row_dot = row_dots(graph, grad_out, out)
     grad_args = dict(grad_out=grad_out, lse=lse, row_dot=row_dot)
@@ -135,12 +135,13 @@ def gatv2_attention_backward(
     merge_split_rows(graph_t, plan_t, grad_x_src, partial_acc)
 
 
-def _span_shape(x_dst, x_src, att, *others):
-    """(S, VEC, NV) of the head-span kernels for these arrays (att loaded like a node row), or
-    None: they do not apply, or the heads have no features (the row kernels handle D = 0)."""
+def _span_shape(stage, x_dst, x_src, att, *others):
+    """(S, VEC, NV) of the head-span kernel of ``stage`` for these arrays (att loaded like a
+    node row), or None: they do not apply, or the heads have no features (the row kernels
+    handle D = 0)."""
     if x_dst.shape[2] == 0:
         return None
-    return span_for("forward", x_dst, x_src, x_src, att.reshape(1, *att.shape), *others)
+    return span_for(stage, x_dst, x_src, x_src, att.reshape(1, *att.shape), *others)
 
 
 def _reduce_att(graph, att_partial, grad_att):
@@ -157,7 +158,7 @@ def _reduce_att(graph, att_partial, grad_att):
     )
 
 
-def _span_backward(shape, graph, x_dst, x_src, att, out, grad_out, lse, slope, grad_x_dst, grad_x_src, grad_att):
+def _span_backward(shapes, graph, x_dst, x_src, att, out, grad_out, lse, slope, grad_x_dst, grad_x_src, grad_att):
     """The backward on the head-span kernels: the row pass (grad_x_dst, row_dot, and the
     per-warp terms of grad_att over a fixed number of warps), then the pass over the
     transpose (grad_x_src: the score's part and the message's together)."""
@@ -174,7 +175,7 @@ def _span_backward(shape, graph, x_dst, x_src, att, out, grad_out, lse, slope, g
     span = dict(score="gatv2", a=x_dst, b=x_src, c=slope, v=x_src, grad_out=grad_out, lse=lse, att=att)
     run_span(
         "grad",
-        shape,
+        shapes[0],
         graph=graph,
         out1=grad_x_dst,
         fwd_out=out,
@@ -185,4 +186,4 @@ def _span_backward(shape, graph, x_dst, x_src, att, out, grad_out, lse, slope, g
     )
     _reduce_att(graph, att_partial, grad_att)
     graph_t, _ = graph.transpose()
-    run_span("sources", shape, graph=graph_t, out1=grad_x_src, row_dot=row_dot, **span)
+    run_span("sources", shapes[1], graph=graph_t, out1=grad_x_src, row_dot=row_dot, **span)
