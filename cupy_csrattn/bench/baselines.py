@@ -262,3 +262,26 @@ def pyg_attention(pyg, graph, rows, op):
         )
 
     return forward
+
+
+def pyg_gatv2_layer(pyg, graph, rows, H, F, dtype, device="cuda"):
+    """PyG's GATv2Conv layer as a user builds it (share_weights=False, no self loops, no bias,
+    heads concatenated), on H * F input features per node: returns (layer, forward), forward
+    a function of a tuple (x_src, x_dst) of torch tensors. Its time includes the layer's two
+    projections, which gatv2_attention leaves to the caller."""
+    torch, _ = pyg
+    from torch_geometric.nn import GATv2Conv
+
+    width = H * F
+    layer = GATv2Conv(
+        (width, width), F, heads=H, negative_slope=GAT_SLOPE, add_self_loops=False, share_weights=False, bias=False
+    ).to(device=device, dtype=getattr(torch, np.dtype(dtype).name))
+    # PyG's edge_index: row 0 the sources (graph columns), row 1 the destinations (graph rows).
+    edge_index = torch.stack(
+        [torch.as_tensor(graph.indices.astype(np.int64)), torch.as_tensor(rows.astype(np.int64))]
+    ).to(device)
+
+    def forward(x):
+        return layer((x[0], x[1]), edge_index)
+
+    return layer, forward

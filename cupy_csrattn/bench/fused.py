@@ -6,9 +6,9 @@ on the forward a plain composition, and PyG-style message passing (gather, softm
 scatter-add; autograd for the backward) where PyG is importable: each record with the peak
 device memory the call allocates beyond its inputs (and beyond ``out`` where it is passed
 in). A backward case times forward + backward together (the backward needs the forward's
-``out`` and ``lse``). Timers as in :mod:`cupy_csrattn.bench.primitives`. gatv2_attention is
-timed without baselines so far (none of them composes its scores yet): its cases record
-that as a skip.
+``out`` and ``lse``). Timers as in :mod:`cupy_csrattn.bench.primitives`. gatv2_attention has
+no unfused chain or plain composition (none composes its scores): its cases record that as a
+skip; beside PyG's core it is timed against PyG's GATv2Conv layer.
 
 Besides the registry's byte model (the roofline), each record of these ops carries its
 fraction of the gather floor (:func:`gather_floor_bytes`), and each backward record its
@@ -157,6 +157,35 @@ def _pyg(bench, case, op, data, grad_out=None):
     return forward_backward, tdata
 
 
+def _pyg_gatv2_layer(bench, case, data, grad_out=None):
+    """PyG's GATv2Conv layer (forward, or forward + autograd backward to its input and
+    weights) on input sets of H * F features per node; (None, None) where its (E, H, F)
+    tensors would not fit, as for the core."""
+    message_bytes = baselines.pyg_message_bytes(bench.graph, case.H, case.F, case.dtype)
+    if message_bytes > baselines.PYG_MESSAGE_LIMIT:
+        bench.skip(case, "pyg-gatv2conv", f"its (E, H, F) tensors would take {message_bytes / 2**30:.0f} GiB")
+        return None, None
+    torch, H, F = bench.torch, case.H, case.F
+    layer, forward = baselines.pyg_gatv2_layer(bench.pyg, bench.graph, bench.rows, H, F, case.dtype)
+    sizes = bench.graph.num_src, bench.graph.num_dst
+    tdata = [
+        tuple(
+            torch.as_tensor(bench.rand((n, H * F), case.dtype), device="cuda").requires_grad_(grad_out is not None)
+            for n in sizes
+        )
+        for _ in data
+    ]
+    if grad_out is None:
+        return forward, tdata
+    t_grad = torch.as_tensor(grad_out, device="cuda").reshape(bench.graph.num_dst, H * F)
+    weights = list(layer.parameters())
+
+    def forward_backward(x):
+        return torch.autograd.grad(forward(x), [*x, *weights], t_grad)
+
+    return forward_backward, tdata
+
+
 def _composes(bench, case, op):
     """True when this library's unfused chain and a plain composition can compute the op;
     for gatv2 (whose scores need the (E, H, D) leaky_relu(x_dst + x_src)) a skip is recorded."""
@@ -197,6 +226,10 @@ def forward(bench, case, nbytes):
         fn, tdata = _pyg(bench, case, op, data)
         if fn is not None:
             bench.baseline(case, "pyg", fn, tdata, nbytes, memory=True)
+        if op == "gatv2_attention":
+            fn, tdata = _pyg_gatv2_layer(bench, case, data)
+            if fn is not None:
+                bench.baseline(case, "pyg-gatv2conv", fn, tdata, nbytes, memory=True)
 
 
 def forward_backward(bench, case, nbytes):
@@ -227,3 +260,7 @@ def forward_backward(bench, case, nbytes):
         fn, tdata = _pyg(bench, case, forward_op, data, grad_out)
         if fn is not None:
             bench.baseline(case, "pyg", fn, tdata, nbytes, memory=True)
+        if forward_op == "gatv2_attention":
+            fn, tdata = _pyg_gatv2_layer(bench, case, data, grad_out)
+            if fn is not None:
+                bench.baseline(case, "pyg-gatv2conv", fn, tdata, nbytes, memory=True)
