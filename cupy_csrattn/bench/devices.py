@@ -5,6 +5,7 @@ and ``time(fn)``, ``time_host_call(fn)``, ``copy_bandwidth()``, ``random_state(s
 ``standard_normal(rs, shape)``, ``free()``, ``peak_extra_bytes(fn)`` and ``versions()``.
 """
 
+import os
 import platform
 import sys
 
@@ -58,6 +59,10 @@ class GpuDevice:
 
     def random_state(self, seed):
         return self.xp.random.RandomState(seed)
+
+    def memory_bytes(self):
+        """The device's total memory."""
+        return self.xp.cuda.runtime.memGetInfo()[1]
 
     @staticmethod
     def standard_normal(rs, shape):
@@ -135,6 +140,11 @@ class CpuDevice:
     @staticmethod
     def random_state(seed):
         return np.random.default_rng(seed)
+
+    @staticmethod
+    def memory_bytes():
+        """The host's physical memory."""
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
     @staticmethod
     def standard_normal(rs, shape):

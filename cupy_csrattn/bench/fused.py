@@ -136,13 +136,27 @@ def _input_sets(bench, op, dtype, H, F):
     return [tuple(bench.rand(shape, dtype) for shape in shapes) for _ in range(bench.sets)]
 
 
+def _pyg_fits(bench, case, method):
+    """Whether PyG's (E, H, F) tensors may fit in the device's memory; where they cannot, a
+    skip entry for ``method``."""
+    device_bytes = bench.device.memory_bytes()
+    if baselines.pyg_fits(bench.graph, case.H, case.F, case.dtype, device_bytes):
+        return True
+    message_bytes = baselines.pyg_message_bytes(bench.graph, case.H, case.F, case.dtype)
+    bench.skip(
+        case,
+        method,
+        f"{baselines.PYG_MESSAGE_COPIES} of its (E, H, F) tensors ({message_bytes / 2**30:.0f} GiB each) "
+        f"would not fit in {device_bytes / 2**30:.0f} GiB",
+    )
+    return False
+
+
 def _pyg(bench, case, op, data, grad_out=None):
     """The PyG-style forward (grad_out None) or forward + autograd backward, as a baseline
     function of a set of torch tensors, with those sets; (None, None) and a skip entry when
     its message tensor would not fit."""
-    message_bytes = baselines.pyg_message_bytes(bench.graph, case.H, case.F, case.dtype)
-    if message_bytes > baselines.PYG_MESSAGE_LIMIT:
-        bench.skip(case, "pyg", f"its (E, H, F) message tensor would take {message_bytes / 2**30:.0f} GiB")
+    if not _pyg_fits(bench, case, "pyg"):
         return None, None
     torch = bench.torch
     forward = baselines.pyg_attention(bench.pyg, bench.graph, bench.rows, op)
@@ -161,9 +175,7 @@ def _pyg_gatv2_layer(bench, case, data, grad_out=None):
     """PyG's GATv2Conv layer (forward, or forward + autograd backward to its input and
     weights) on input sets of H * F features per node; (None, None) where its (E, H, F)
     tensors would not fit, as for the core."""
-    message_bytes = baselines.pyg_message_bytes(bench.graph, case.H, case.F, case.dtype)
-    if message_bytes > baselines.PYG_MESSAGE_LIMIT:
-        bench.skip(case, "pyg-gatv2conv", f"its (E, H, F) tensors would take {message_bytes / 2**30:.0f} GiB")
+    if not _pyg_fits(bench, case, "pyg-gatv2conv"):
         return None, None
     torch, H, F = bench.torch, case.H, case.F
     layer, forward = baselines.pyg_gatv2_layer(bench.pyg, bench.graph, bench.rows, H, F, case.dtype)
