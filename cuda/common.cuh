@@ -3,11 +3,14 @@
 //   CSR_DTYPE    0 = float32, 1 = float64, 2 = float16 (stored as its bits, computed in fp32)
 //   CSR_IDX      the type of the graph's column indices (int or long long)
 //   BLOCK_WARPS  warps per block of every kernel (the launchers' block size / WARP)
+//   RUN_STAGE_BYTES, MAX_RUN_ROWS  the shared memory per warp and the rows per run of
+//                softmax_runs (softmax.cu)
 // No system headers: NVRTC compiles these without the CUDA include directories.
 #pragma once
 
-#if !defined(CSR_DTYPE) || !defined(CSR_IDX) || !defined(BLOCK_WARPS)
-#error "the preamble must define CSR_DTYPE, CSR_IDX and BLOCK_WARPS (see gpu/kernels.py)"
+#if !defined(CSR_DTYPE) || !defined(CSR_IDX) || !defined(BLOCK_WARPS) || !defined(RUN_STAGE_BYTES) || \
+    !defined(MAX_RUN_ROWS)
+#error "the preamble must define CSR_DTYPE, CSR_IDX, BLOCK_WARPS, RUN_STAGE_BYTES and MAX_RUN_ROWS (see gpu/kernels.py)"
 #endif
 #if BLOCK_WARPS < 1 || BLOCK_WARPS > 32
 #error "BLOCK_WARPS must be 1 to 32 (a block holds at most 1024 threads)"

@@ -6,13 +6,15 @@
 //   SOFTMAX_GRAD_PROBS   out = p * (g - sum_row p*g), p given
 //   SOFTMAX_GRAD_SCORES  out = p * (g - sum_row p*g), p = exp(s - lse_in[row])
 //
-// Kernels: softmax_groups_* (short rows, several per warp), softmax_rows_* (one warp per
-// plan item), and for rows split over several items softmax_merge_* (their partial states)
-// and softmax_write_* (the edges of each split item). A row's (E_row, H) slice is
+// Kernels: softmax_runs_* (runs of consecutive short rows, staged in shared memory),
+// softmax_groups_* (short rows, several per warp), softmax_rows_* (one warp per plan item),
+// and for rows split over several items softmax_merge_* (their partial states) and
+// softmax_write_* (the edges of each split item). A row's (E_row, H) slice is
 // contiguous, so lanes take (edge, head) pairs, giving coalesced loads for every H; each
 // head's per-lane states are reduced by shuffles in a fixed order (common.cuh), so results
 // are deterministic. No shared memory. Bound: memory; each (E, H) input is read from DRAM
 // once (whole rows longer than registers hold reread it from L1/L2 in the second pass).
+// Only softmax_runs uses shared memory, each warp its own slice.
 
 #define SOFTMAX_FORWARD 0
 #define SOFTMAX_LSE 1
@@ -271,6 +273,110 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
     }
 }
 
+// Runs of R consecutive rows (run r: rows [r * R, r * R + R), the plan's choice of R; see
+// gpu/plan.py), one warp per run: the run's edges are one contiguous (E_run, H) slice, which
+// the warp copies into its shared-memory stage with coalesced loads (RUN_BATCH per lane in
+// flight), then lane j works on (row, head) pairs j, j + 32, ... serially over the stage
+// (max, sum, write, as in softmax_rows' register path; in a fixed order, so deterministic),
+// and the warp stores the stage back with coalesced stores. No item list, no shuffles; the
+// only dependent loads before the data are the run's index (none when every run is taken)
+// and its indptr entries. runs holds the runs taken (whose edges fit the stage), or is null
+// when that is every run. Outputs may alias inputs: a warp reads its run whole before it
+// writes any of it. Bound: memory (one read and one write per element).
+#define RUN_BATCH 8
+
+template <int MODE>
+__device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int R, i64 num_rows, int H,
+                                             const i64* indptr, const scalar_t* a, const scalar_t* g,
+                                             const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {
+    constexpr int ARRAYS = softmax_reads_grad(MODE) ? 2 : 1;
+    constexpr int CAPACITY = RUN_STAGE_BYTES / (ARRAYS * (int)sizeof(scalar_t));
+    // Where the data type is the accumulation type, the forward keeps exp(s - m) in the stage
+    // exactly and does not compute it twice.
+    constexpr bool KEEP_EXP = sizeof(scalar_t) == sizeof(acc_t);
+    __shared__ scalar_t stage[BLOCK_WARPS][ARRAYS][CAPACITY];
+    __shared__ int offsets[BLOCK_WARPS][MAX_RUN_ROWS + 1];
+    const i64 index = grid_warp();
+    if (index >= num_runs) return;
+    const int lane = lane_id(), warp = threadIdx.x / WARP;
+    const i64 row0 = (runs ? runs[index] : index) * R;
+    const int rows = (int)min((i64)R, num_rows - row0);
+    const i64 first = indptr[row0];
+    for (int r = lane; r <= rows; r += WARP) offsets[warp][r] = (int)(indptr[row0 + r] - first) * H;
+    __syncwarp();
+    const int width = offsets[warp][rows];
+    scalar_t* stage_a = stage[warp][0];
+    scalar_t* stage_g = stage[warp][ARRAYS - 1];
+    const i64 base = first * H;
+    for (int start = 0; start < width; start += WARP * RUN_BATCH) {
+        scalar_t va[RUN_BATCH], vg[RUN_BATCH];
+#pragma unroll
+        for (int k = 0; k < RUN_BATCH; ++k) {
+            int i = start + k * WARP + lane;
+            if (i < width) {
+                va[k] = __ldg(a + base + i);
+                if (softmax_reads_grad(MODE)) vg[k] = __ldg(g + base + i);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < RUN_BATCH; ++k) {
+            int i = start + k * WARP + lane;
+            if (i < width) {
+                stage_a[i] = va[k];
+                if (softmax_reads_grad(MODE)) stage_g[i] = vg[k];
+            }
+        }
+    }
+    __syncwarp();
+    for (int pair = lane; pair < rows * H; pair += WARP) {
+        const int r = pair / H, head = pair - r * H;
+        const int begin = offsets[warp][r] + head, end = offsets[warp][r + 1];
+        const i64 row = row0 + r;
+        if (softmax_keeps_max(MODE)) {
+            acc_t m = neg_inf();
+            for (int i = begin; i < end; i += H) m = nan_max(m, to_acc(stage_a[i]));
+            acc_t shift = m == neg_inf() ? (acc_t)0 : m;
+            acc_t l = 0;
+            for (int i = begin; i < end; i += H) {
+                acc_t s = to_acc(stage_a[i]);
+                acc_t e = s == neg_inf() ? (acc_t)0 : exp_acc(s - shift);
+                if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_scalar(stage_a + i, e);
+                l += e;
+            }
+            if (MODE == SOFTMAX_LSE) {
+                SoftmaxState state;
+                state.m = m;
+                state.l = l;
+                lse_out[row * H + head] = state_lse(state);
+            } else {
+                // A NaN or +inf max makes l, and so inv, NaN.
+                acc_t inv = l == 0 ? (acc_t)0 : (acc_t)1 / l;
+                for (int i = begin; i < end; i += H) {
+                    acc_t s = to_acc(stage_a[i]);
+                    acc_t e = KEEP_EXP ? s : (s == neg_inf() ? (acc_t)0 : exp_acc(s - shift));
+                    store_scalar(stage_a + i, e * inv);
+                }
+            }
+        } else {
+            acc_t lse_row = softmax_probs_from_lse(MODE) ? lse_in[row * H + head] : (acc_t)0;
+            acc_t l = 0;
+            for (int i = begin; i < end; i += H) {
+                acc_t s = to_acc(stage_a[i]);
+                acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
+                l += p * to_acc(stage_g[i]);
+            }
+            for (int i = begin; i < end; i += H) {
+                acc_t s = to_acc(stage_a[i]);
+                acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
+                store_scalar(stage_a + i, p * (to_acc(stage_g[i]) - l));
+            }
+        }
+    }
+    if (MODE == SOFTMAX_LSE) return;
+    __syncwarp();
+    for (int i = lane; i < width; i += WARP) out[base + i] = stage_a[i];
+}
+
 #define SOFTMAX_ENTRY_POINTS(MODE, NAME)                                                                       \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
         softmax_rows_##NAME(const i64* items, i64 num_items, i64 num_whole, int H, const scalar_t* a,         \
@@ -288,6 +394,12 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
                              const scalar_t* g, const lse_t* lse_in, scalar_t* out,                           \
                              const SoftmaxState* row_states) {                                                \
         softmax_write<MODE>(items, num_items, num_whole, H, a, g, lse_in, out, row_states);                  \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
+        softmax_runs_##NAME(const i64* runs, i64 num_runs, int R, i64 num_rows, int H, const i64* indptr,     \
+                            const scalar_t* a, const scalar_t* g, const lse_t* lse_in, scalar_t* out,        \
+                            lse_t* lse_out) {                                                                 \
+        softmax_runs<MODE>(runs, num_runs, R, num_rows, H, indptr, a, g, lse_in, out, lse_out);              \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
         softmax_groups_##NAME(const i64* rows, i64 num_rows, int S, int H, const i64* indptr, const scalar_t* a, \

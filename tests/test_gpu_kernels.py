@@ -279,6 +279,52 @@ def test_special_rows_on_gpu(cupy, plan_limits):
     assert np.isnan(probs[ip[5] : ip[6], 1]).all() and not np.isnan(probs[ip[5] : ip[6], 0]).any()
 
 
+@pytest.mark.parametrize("run_rows", [0, 1, 4, 64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("heads", [None, 1, 3, 8, 40], ids=str)
+def test_softmax_strategies_match_cpu(cupy, plan_limits, monkeypatch, run_rows, dtype, heads):
+    """The row-wise softmax kernels with runs of consecutive rows off (0) and forced to 1, 4
+    and 64 rows per run, each mode (edge_softmax and its backward; the row lse and the
+    in-place grad_scores of attention_aggregate_backward), on rows that are empty, all -inf,
+    hold a NaN or a +inf, beside ordinary rows and a hub row."""
+    from cupy_csrattn.gpu import replay
+
+    monkeypatch.setattr(plan, "RUN_ROWS", run_rows)
+    monkeypatch.setattr(replay, "ENABLED", False)
+    rng = np.random.default_rng(13)
+    g = _graph(rng, np.int32, num_dst=150, hub=700)
+    gg = g.to_gpu()
+    ip = g.indptr
+    edge_shape = (g.num_edges, *trailing_shape(heads))
+    scores = (rng.standard_normal(edge_shape) * 3).astype(dtype)
+    special = [r for r in range(150) if ip[r + 1] - ip[r] >= 2 and r != 5][:3]
+    scores[ip[special[0]] : ip[special[0] + 1]] = -np.inf  # all -inf: zero weights, lse -inf
+    scores[ip[special[1]] + 1] = np.nan  # NaN: its row is NaN
+    scores[ip[special[2]]] = np.inf  # +inf: its row is NaN
+    d = cupy.asarray
+    want = ca.edge_softmax(g, scores)
+    out = poison(cupy, edge_shape, dtype)
+    ca.edge_softmax(gg, d(scores), out=out)
+    got = cupy.asnumpy(out)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert (got[ip[special[0]] : ip[special[0] + 1]] == 0).all()
+    ok = ~np.isnan(want)
+    _close(got[ok], want[ok], dtype)
+
+    probs = np.nan_to_num(want).astype(dtype)
+    grad_probs = rng.standard_normal(edge_shape).astype(dtype)
+    got = ca.edge_softmax_backward(gg, d(probs), d(grad_probs))
+    _close(got, ca.edge_softmax_backward(g, probs, grad_probs), dtype)
+
+    finite = np.nan_to_num(scores, nan=0.0, posinf=0.0, neginf=-np.inf).astype(dtype)
+    values = rng.standard_normal((g.num_src, *trailing_shape(heads), 4)).astype(dtype)
+    grad_out = rng.standard_normal((g.num_dst, *trailing_shape(heads), 4)).astype(dtype)
+    wants = ca.attention_aggregate_backward(g, finite, values, grad_out)  # lse from the scores
+    gots = ca.attention_aggregate_backward(gg, d(finite), d(values), d(grad_out))
+    for got, want in zip(gots, wants):
+        _close(got, want, dtype)
+
+
 def test_bitwise_reproducible(cupy, plan_limits):
     rng = np.random.default_rng(11)
     g = _graph(rng, np.int32, hub=20000).to_gpu()

@@ -23,6 +23,8 @@ WARP = 32
 BLOCK_WARPS = 8  # warps per block of every kernel
 BLOCK_THREADS = BLOCK_WARPS * WARP
 MAX_BATCHED_HEADS = WARP  # the batched row and softmax-group kernels hold up to one head per lane
+RUN_STAGE_BYTES = 4096  # shared memory per warp of softmax_runs: the staged edge data of its run
+MAX_RUN_ROWS = 64  # rows per run of softmax_runs
 
 NULL = np.uint64(0)  # a null pointer argument
 
@@ -85,7 +87,8 @@ def source(family, dtype, index_dtype):
     dtype, index_dtype = np.dtype(dtype), np.dtype(index_dtype)
     preamble = (
         f"#define CSR_DTYPE {DTYPE_CODES[dtype]}\n#define CSR_IDX {INDEX_TYPES[index_dtype]}\n"
-        f"#define BLOCK_WARPS {BLOCK_WARPS}\n"
+        f"#define BLOCK_WARPS {BLOCK_WARPS}\n#define RUN_STAGE_BYTES {RUN_STAGE_BYTES}\n"
+        f"#define MAX_RUN_ROWS {MAX_RUN_ROWS}\n"
     )
     common = (_kernel_dir() / "common.cuh").read_text()
     body = _INCLUDE.sub(

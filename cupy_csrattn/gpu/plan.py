@@ -19,7 +19,7 @@ import functools
 import numpy as np
 
 from cupy_csrattn import backend
-from cupy_csrattn.gpu.kernels import MAX_BATCHED_HEADS, WARP
+from cupy_csrattn.gpu.kernels import MAX_BATCHED_HEADS, MAX_RUN_ROWS, RUN_STAGE_BYTES, WARP
 
 WHOLE_ROW_EDGES = 1024
 FUSED_WHOLE_ROW_EDGES = 128
@@ -81,30 +81,89 @@ def _resident_warps(device_id):
     return properties["multiProcessorCount"] * (properties["maxThreadsPerMultiProcessor"] // WARP)
 
 
-class SoftmaxLayout:
-    """The plan of the row-wise softmax kernels for H heads: short rows in lane groups.
+#: Rows per run of the softmax_runs kernels: None lets softmax_layout choose from the median
+#: degree; 0 turns runs off; a power of two up to MAX_RUN_ROWS forces it (tests force each).
+RUN_ROWS = None
 
+
+class SoftmaxLayout:
+    """The plan of the row-wise softmax kernels for H heads: runs of consecutive short rows,
+    short rows in lane groups, the rest one warp per plan item.
+
+    run_rows, runs, num_runs: runs of run_rows consecutive rows whose edges fit a warp's
+    stage; runs lists the runs taken, or is None when that is every run.
     groups: (S, rows) pairs; each row of `rows` gets S lanes (degree * H <= S <= WARP).
-    items, num_whole: the plan's items without the rows that went to groups.
+    items, num_whole: the plan's items without the rows that went to runs or groups.
     """
 
-    def __init__(self, plan, groups, items, num_whole):
+    def __init__(self, plan, run_rows, runs, num_runs, groups, items, num_whole):
         self.plan = plan
+        self.run_rows = run_rows
+        self.runs = runs
+        self.num_runs = num_runs
         self.groups = groups
         self.items = items
         self.num_items = len(items)
         self.num_whole = num_whole
 
 
-def _build_softmax_layout(graph, heads):
+def run_capacity(dtype, arrays):
+    """Elements of each of ``arrays`` staged arrays that a warp's stage of softmax_runs holds."""
+    return RUN_STAGE_BYTES // (arrays * np.dtype(dtype).itemsize)
+
+
+def _median_degree(graph):
+    return graph.cached(("gpu_median_degree",), lambda: float(backend.cupy.median(graph.degrees())))  # host sync
+
+
+def _run_rows(graph, heads, capacity):
+    """Rows per run: the most (a power of two, at most MAX_RUN_ROWS) whose edges at the median
+    degree fill at most half the stage, so that most runs fit it; 0 where a row of median
+    degree alone would not fit."""
+    if RUN_ROWS is not None:
+        return RUN_ROWS
+    row_width = heads * max(1.0, _median_degree(graph))
+    if heads == 0 or row_width > capacity:
+        return 0
+    fill = max(1, int(capacity // (2 * row_width)))
+    return min(MAX_RUN_ROWS, 1 << (fill.bit_length() - 1))
+
+
+def _runs(plan, degrees, heads, capacity, run_rows):
+    """(runs or None, number of runs, whether each row is in a run taken): the runs whose
+    edges fit the stage and whose rows the plan keeps whole."""
+    cupy = backend.cupy
+    num_rows = len(degrees)
+    num_all = -(-num_rows // run_rows)
+    padded = cupy.zeros(num_all * run_rows, dtype=np.int64)
+    padded[:num_rows] = degrees
+    padded = padded.reshape(num_all, run_rows)
+    fits = (padded.sum(axis=1) * heads <= capacity) & (padded.max(axis=1) <= WHOLE_ROW_EDGES)
+    runs = cupy.flatnonzero(fits)  # host sync (once per graph, H and stage size)
+    in_run = cupy.repeat(fits, run_rows)[:num_rows]
+    if len(runs) == num_all:
+        return None, num_all, in_run
+    return runs.astype(np.int64), len(runs), in_run
+
+
+def _build_softmax_layout(graph, heads, capacity, run_rows):
     cupy = backend.cupy
     plan = plan_for(graph)
-    if heads == 0 or heads > MAX_BATCHED_HEADS or heads & (heads - 1):
-        return SoftmaxLayout(plan, [], plan.items, plan.num_whole)
     degrees = cupy.diff(plan.indptr)
+    runs, num_runs = None, 0
+    free = cupy.ones(len(degrees), dtype=bool)  # rows not in a run
+    if run_rows and len(degrees):
+        runs, num_runs, in_run = _runs(plan, degrees, heads, capacity, run_rows)
+        free = ~in_run
+    if heads == 0 or heads > MAX_BATCHED_HEADS or heads & (heads - 1):
+        whole = plan.items[: plan.num_whole]
+        left = whole[free[whole[:, 0]]]  # host sync
+        items = cupy.ascontiguousarray(cupy.concatenate([left, plan.items[plan.num_whole :]]))
+        return SoftmaxLayout(plan, run_rows, runs, num_runs, [], items, len(left))
     width = cupy.maximum(degrees, 1) * heads  # elements of each row
-    # Only rows the plan keeps whole: a split row's items are all handled by the item kernels.
-    width[degrees > WHOLE_ROW_EDGES] = WARP + 1  # wider than any group
+    # Only rows the plan keeps whole and no run took: a split row's items are all handled by
+    # the item kernels.
+    width[(degrees > WHOLE_ROW_EDGES) | ~free] = WARP + 1  # wider than any group
     groups = []
     size = heads
     while size <= WARP:
@@ -114,11 +173,15 @@ def _build_softmax_layout(graph, heads):
             groups.append((size, rows.astype(np.int64)))
         size *= 2
     whole = plan.items[: plan.num_whole]
-    long_whole = whole[width[whole[:, 0]] > WARP]  # host sync
+    whole_rows = whole[:, 0]
+    long_whole = whole[(width[whole_rows] > WARP) & free[whole_rows]]  # host sync
     items = cupy.ascontiguousarray(cupy.concatenate([long_whole, plan.items[plan.num_whole :]]))
-    return SoftmaxLayout(plan, groups, items, len(long_whole))
+    return SoftmaxLayout(plan, run_rows, runs, num_runs, groups, items, len(long_whole))
 
 
-def softmax_layout(graph, heads):
-    """The cached softmax layout of a GPU graph for `heads` heads."""
-    return graph.cached(("gpu_softmax_layout", heads), lambda: _build_softmax_layout(graph, heads))
+def softmax_layout(graph, heads, capacity):
+    """The cached softmax layout of a GPU graph for `heads` heads and a stage of `capacity`
+    elements per staged array (run_capacity)."""
+    run_rows = _run_rows(graph, heads, capacity)
+    key = ("gpu_softmax_layout", heads, capacity, run_rows, WHOLE_ROW_EDGES)
+    return graph.cached(key, lambda: _build_softmax_layout(graph, heads, capacity, run_rows))

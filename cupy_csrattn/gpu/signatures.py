@@ -59,6 +59,14 @@ _SOFTMAX_ARRAYS = "const scalar_t* a, const scalar_t* g?, const lse_t* lse_in?, 
 for _mode in SOFTMAX_MODES:
     _declare(
         "softmax",
+        [f"softmax_runs_{_mode}"],
+        _params(
+            f"const i64* runs?, i64 num_runs, int R, i64 num_rows, int H, const i64* indptr, {_SOFTMAX_ARRAYS}, "
+            "lse_t* lse_out?"
+        ),
+    )
+    _declare(
+        "softmax",
         [f"softmax_groups_{_mode}"],
         _params(f"const i64* rows, i64 num_rows, int S, int H, const i64* indptr, {_SOFTMAX_ARRAYS}, lse_t* lse_out?"),
     )

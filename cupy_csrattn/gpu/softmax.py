@@ -9,15 +9,30 @@ from cupy_csrattn.gpu.sddmm import gather_edges
 
 def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
     """Softmax mode ``mode`` (forward, lse, grad_probs, grad_scores; see softmax.cu) over the
-    rows of an (E, H) array ``a``: short rows in lane groups, the others one warp per plan
-    item, split rows merged and then written."""
+    rows of an (E, H) array ``a``: runs of short rows staged in shared memory, other short
+    rows in lane groups, the others one warp per plan item, split rows merged and then
+    written."""
     heads = a.shape[1]
-    layout = plans.softmax_layout(graph, heads)
-    plan = layout.plan
     dtype, index_dtype = a.dtype, graph.index_dtype
+    layout = plans.softmax_layout(graph, heads, plans.run_capacity(dtype, 1 if g is None else 2))
+    plan = layout.plan
     state_dtype = accumulation_dtype(dtype)
     partial = scratch((plan.num_split_items, heads, 2), state_dtype) if plan.num_split_items else None
     arrays = dict(a=a, g=g, lse_in=lse_in, out=out)
+    launch(
+        f"softmax_runs_{mode}",
+        dtype,
+        index_dtype,
+        warp_grid(layout.num_runs),
+        runs=layout.runs,
+        num_runs=layout.num_runs,
+        R=layout.run_rows,
+        num_rows=graph.num_dst,
+        H=heads,
+        indptr=plan.indptr,
+        lse_out=lse_out,
+        **arrays,
+    )
     for size, rows in layout.groups:
         rows_per_warp = WARP // size
         launch(
