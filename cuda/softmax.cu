@@ -277,13 +277,18 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
 // gpu/plan.py), one warp per run: the run's edges are one contiguous (E_run, H) slice, which
 // the warp copies into its shared-memory stage with coalesced loads (RUN_BATCH per lane in
 // flight), then lane j works on (row, head) pairs j, j + 32, ... serially over the stage
-// (max, sum, write, as in softmax_rows' register path; in a fixed order, so deterministic),
+// (max, sum, write, as in softmax_rows' register path; in a fixed order, so deterministic;
+// run_slot spreads rows over the banks),
 // and the warp stores the stage back with coalesced stores. No item list, no shuffles; the
 // only dependent loads before the data are the run's index (none when every run is taken)
 // and its indptr entries. runs holds the runs taken (whose edges fit the stage), or is null
 // when that is every run. Outputs may alias inputs: a warp reads its run whole before it
 // writes any of it. Bound: memory (one read and one write per element).
 #define RUN_BATCH 8
+
+// The stage slot of a run's element i: one slot of padding after every 32, so that lanes
+// walking rows of equal length (offsets a multiple of 32 elements apart) hit different banks.
+__host__ __device__ constexpr int run_slot(int i) { return i + i / WARP; }
 
 template <int MODE>
 __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int R, i64 num_rows, int H,
@@ -294,7 +299,7 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
     // Where the data type is the accumulation type, the forward keeps exp(s - m) in the stage
     // exactly and does not compute it twice.
     constexpr bool KEEP_EXP = sizeof(scalar_t) == sizeof(acc_t);
-    __shared__ scalar_t stage[BLOCK_WARPS][ARRAYS][CAPACITY];
+    __shared__ scalar_t stage[BLOCK_WARPS][ARRAYS][run_slot(CAPACITY)];
     __shared__ int offsets[BLOCK_WARPS][MAX_RUN_ROWS + 1];
     const i64 index = grid_warp();
     if (index >= num_runs) return;
@@ -322,8 +327,8 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
         for (int k = 0; k < RUN_BATCH; ++k) {
             int i = start + k * WARP + lane;
             if (i < width) {
-                stage_a[i] = va[k];
-                if (softmax_reads_grad(MODE)) stage_g[i] = vg[k];
+                stage_a[run_slot(i)] = va[k];
+                if (softmax_reads_grad(MODE)) stage_g[run_slot(i)] = vg[k];
             }
         }
     }
@@ -334,13 +339,13 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
         const i64 row = row0 + r;
         if (softmax_keeps_max(MODE)) {
             acc_t m = neg_inf();
-            for (int i = begin; i < end; i += H) m = nan_max(m, to_acc(stage_a[i]));
+            for (int i = begin; i < end; i += H) m = nan_max(m, to_acc(stage_a[run_slot(i)]));
             acc_t shift = m == neg_inf() ? (acc_t)0 : m;
             acc_t l = 0;
             for (int i = begin; i < end; i += H) {
-                acc_t s = to_acc(stage_a[i]);
+                acc_t s = to_acc(stage_a[run_slot(i)]);
                 acc_t e = s == neg_inf() ? (acc_t)0 : exp_acc(s - shift);
-                if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_scalar(stage_a + i, e);
+                if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_scalar(stage_a + run_slot(i), e);
                 l += e;
             }
             if (MODE == SOFTMAX_LSE) {
@@ -352,29 +357,29 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
                 // A NaN or +inf max makes l, and so inv, NaN.
                 acc_t inv = l == 0 ? (acc_t)0 : (acc_t)1 / l;
                 for (int i = begin; i < end; i += H) {
-                    acc_t s = to_acc(stage_a[i]);
+                    acc_t s = to_acc(stage_a[run_slot(i)]);
                     acc_t e = KEEP_EXP ? s : (s == neg_inf() ? (acc_t)0 : exp_acc(s - shift));
-                    store_scalar(stage_a + i, e * inv);
+                    store_scalar(stage_a + run_slot(i), e * inv);
                 }
             }
         } else {
             acc_t lse_row = softmax_probs_from_lse(MODE) ? lse_in[row * H + head] : (acc_t)0;
             acc_t l = 0;
             for (int i = begin; i < end; i += H) {
-                acc_t s = to_acc(stage_a[i]);
+                acc_t s = to_acc(stage_a[run_slot(i)]);
                 acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
-                l += p * to_acc(stage_g[i]);
+                l += p * to_acc(stage_g[run_slot(i)]);
             }
             for (int i = begin; i < end; i += H) {
-                acc_t s = to_acc(stage_a[i]);
+                acc_t s = to_acc(stage_a[run_slot(i)]);
                 acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
-                store_scalar(stage_a + i, p * (to_acc(stage_g[i]) - l));
+                store_scalar(stage_a + run_slot(i), p * (to_acc(stage_g[run_slot(i)]) - l));
             }
         }
     }
     if (MODE == SOFTMAX_LSE) return;
     __syncwarp();
-    for (int i = lane; i < width; i += WARP) out[base + i] = stage_a[i];
+    for (int i = lane; i < width; i += WARP) out[base + i] = stage_a[run_slot(i)];
 }
 
 #define SOFTMAX_ENTRY_POINTS(MODE, NAME)                                                                       \

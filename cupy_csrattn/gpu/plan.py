@@ -113,7 +113,12 @@ def run_capacity(dtype, arrays):
 
 
 def _median_degree(graph):
-    return graph.cached(("gpu_median_degree",), lambda: float(backend.cupy.median(graph.degrees())))  # host sync
+    """The median row degree (0 for a graph of no rows), cached on the graph."""
+
+    def build():
+        return float(backend.cupy.median(graph.degrees())) if graph.num_dst else 0.0  # host sync
+
+    return graph.cached(("gpu_median_degree",), build)
 
 
 def _run_rows(graph, heads, capacity):
