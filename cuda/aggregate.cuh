@@ -190,7 +190,7 @@ __device__ __forceinline__ void aggregate_rows_wide(const i64* items, i64 num_it
                 acc_t x = F > 0 ? load_scalar(x_row + WARP * t) : (acc_t)0;
                 if (W::KIND != WEIGHTS) {
                     SoftmaxState next = add_score(state[t], weight);
-                    acc_t p = (weight == neg_inf()) ? (acc_t)0 : rescale(weight, next.m);
+                    acc_t p = score_weight(weight, next.m);
                     acc[t] = acc[t] * rescale(state[t].m, next.m) + p * x;
                     state[t] = next;
                 } else {

@@ -406,7 +406,7 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
             if (STAGE == SPAN_FORWARD) {
                 if (!valid[u]) continue;  // after this slot's last shuffle
                 SoftmaxState next = add_score(state, score);
-                acc_t p = score == neg_inf() ? (acc_t)0 : rescale(score, next.m);
+                acc_t p = score_weight(score, next.m);
                 acc_t factor = rescale(state.m, next.m);
 #pragma unroll
                 for (int i = 0; i < W; ++i) acc_f[i] = acc_f[i] * factor + p * xf[u][i];

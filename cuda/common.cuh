@@ -95,6 +95,13 @@ __device__ __forceinline__ acc_t rescale(acc_t m_old, acc_t m_new) {
     return exp_acc(m_old - m_new);
 }
 
+// The weight exp(score - m) of a score under the running max m (m >= score): 0 for a -inf
+// score; NaN for a +inf score (m is then +inf too), which makes its row and head NaN as a
+// softmax does (rescale(score, m) would give 1 there).
+__device__ __forceinline__ acc_t score_weight(acc_t score, acc_t m) {
+    return score == neg_inf() ? (acc_t)0 : exp_acc(score - m);
+}
+
 // max that propagates NaN (fmax would drop it: a NaN score must poison its row).
 __device__ __forceinline__ acc_t nan_max(acc_t a, acc_t b) {
     return (a != a || b != b) ? a + b : (a > b ? a : b);

@@ -188,6 +188,43 @@ def test_pos_inf_score_gives_nan_in_its_row_and_head(xp):
     np.testing.assert_allclose(probs[~mask], expected[~mask], rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("H", [2, 40])
+@pytest.mark.parametrize("func", ["attention_aggregate", "gat_attention", "graph_attention"])
+def test_pos_inf_score_in_an_aggregation_gives_nan_in_its_row_and_head(xp, func, H):
+    """A +inf score makes its row and head NaN in the output and the lse, as in edge_softmax
+    (its weights are NaN); every other row and head is the reference's. H = 40: the kernels
+    for more heads than lanes; on the GPU, H = 2 takes the head-span kernels for the fused ops."""
+    graph = named_graph("zero_degree_rows")
+    rng = np.random.default_rng(9)
+    N, Ns = num_dst_of(graph), graph.num_src
+    values = rng.standard_normal((Ns, H, 4))
+    if func == "attention_aggregate":
+        scores = rng.standard_normal((len(graph.indices), H))
+        scores[graph.indptr[NAN_ROW] + 1, NAN_HEAD] = INF
+        args = (scores, values)
+    elif func == "gat_attention":
+        a_dst = rng.standard_normal((N, H))
+        a_dst[NAN_ROW, NAN_HEAD] = INF
+        args = (a_dst, rng.standard_normal((Ns, H)), values)
+    else:  # q . k = +inf on every edge of the row and head: +inf in q, k > 0 there
+        q = rng.standard_normal((N, H, 4))
+        q[NAN_ROW, NAN_HEAD, 0] = INF
+        k = rng.standard_normal((Ns, H, 4))
+        k[:, NAN_HEAD, 0] = np.abs(k[:, NAN_HEAD, 0]) + 0.5
+        args = (q, k, values)
+    out, lse = (to_np(r) for r in getattr(ca, func)(make_graph(xp, graph), *to_xp(xp, args), return_lse=True))
+    want_out, want_lse = getattr(ref, func)(graph.indptr, graph.indices, *args)
+    out_mask = np.zeros(out.shape, bool)
+    out_mask[NAN_ROW, NAN_HEAD] = True
+    lse_mask = np.zeros(lse.shape, bool)
+    lse_mask[NAN_ROW, NAN_HEAD] = True
+    np.testing.assert_array_equal(np.isnan(out), out_mask)
+    np.testing.assert_array_equal(np.isnan(want_out), out_mask)  # the reference agrees
+    np.testing.assert_array_equal(np.isnan(lse), lse_mask)
+    check_result(xp, to_xp(xp, np.where(out_mask, 0, out)), np.where(out_mask, 0, want_out), np.float64)
+    check_result(xp, to_xp(xp, np.where(lse_mask, 0, lse)), np.where(lse_mask, 0, want_lse), np.float64)
+
+
 # ------------------------------------------------------------------ dtypes
 
 ALL_CASES = case_params()
