@@ -271,10 +271,14 @@ __device__ __forceinline__ SpanLanes span_lanes(int H, int S) {
 
 // The score kinds of the head-span kernels: graph_attention (scale * <q, k>), gat_attention
 // (leaky_relu(a_dst + a_src)) and gatv2_attention (sum_k att[h, k] * leaky_relu(x_dst[k] +
-// x_src[k]), whose derivative is per element: att[h, k] * leaky_relu'(z[k])).
+// x_src[k]), whose derivative is per element: att[h, k] * leaky_relu'(z[k])), and
+// attention_aggregate's given scores.
 #define SCORE_DOT 0
 #define SCORE_GAT 1
 #define SCORE_GATV2 2
+// attention_aggregate's forward: the scores are given, a (E, H) in edge order; no node row
+// enters them (forward only).
+#define SCORE_GIVEN 3
 
 // One plan item (items[index]) of a head-span kernel. gatv2's row pass also adds each edge's
 // ds * leaky_relu(z) to acc_att (the lane's W elements of its head's att gradient), across
@@ -290,11 +294,13 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                                           const scalar_t* att, acc_t* att_partial) {
     constexpr int W = VEC * NV;
     constexpr bool DOT = KIND == SCORE_DOT, V2 = KIND == SCORE_GATV2;
-    constexpr bool ROWS = KIND != SCORE_GAT;  // node rows of width D enter the score
+    constexpr bool GIVEN = KIND == SCORE_GIVEN;
+    constexpr bool ROWS = KIND != SCORE_GAT && !GIVEN;  // node rows of width D enter the score
     // gatv2 over the rows gathers x_src once, for the score and the message (xf); over the
     // sources it gathers x_dst (xd) and grad_out (xf).
     constexpr bool GATHER_D = DOT || (V2 && STAGE == SPAN_SOURCES);
     static_assert(!(V2 && EDGE), "gatv2 takes no edge data");
+    static_assert(!GIVEN || (STAGE == SPAN_FORWARD && !EDGE), "given scores: the forward only, no edge data");
     // Edges in flight per warp. Measured on an H200: four (where a lane's segment is short)
     // made the backward's row pass 1.3x slower on an R-MAT graph (more registers, fewer warps
     // to hide each item's start).
@@ -351,7 +357,7 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
             valid[u] = e < item.end;
             cols[u] = valid[u] ? (i64)indices[e] : 0;
             // The edge's index in the caller's (CSR) order: over the sources, through the transpose's permutation.
-            if (EDGE) edge_ids[u] = !valid[u] ? 0 : (STAGE == SPAN_SOURCES ? edge_perm[e] : e);
+            if (EDGE || GIVEN) edge_ids[u] = !valid[u] ? 0 : (STAGE == SPAN_SOURCES ? edge_perm[e] : e);
         }
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
@@ -360,6 +366,7 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
             span_load<VEC, NV>(gather_f, cols[u], H, h, r, F, load, xf[u]);
             terms[u] = KIND == SCORE_GAT && load ? load_scalar((STAGE == SPAN_SOURCES ? a : b) + cols[u] * H + h)
                                                  : (acc_t)0;
+            if (GIVEN) terms[u] = load ? load_scalar(a + edge_ids[u] * H + h) : (acc_t)0;  // the edge's score
             if (STAGE == SPAN_SOURCES) {  // the destination's row terms, loaded with its rows
                 dst_lse[u] = load ? lse[cols[u] * H + h] : (acc_t)0;
                 dst_row_dot[u] = load ? row_dot[cols[u] * H + h] : (acc_t)0;
@@ -396,6 +403,9 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
 #pragma unroll
                 for (int i = 0; i < W; ++i) part += own_att[i] * leaky(own_d[i] + (GATHER_D ? xd[u][i] : xf[u][i]), c);
                 score = span_sum(part, S);
+                dscore = 1;
+            } else if (GIVEN) {
+                score = terms[u];
                 dscore = 1;
             } else {
                 acc_t z = own_term + terms[u];
@@ -578,3 +588,4 @@ SPAN_ENTRY_POINTS(attention_gat_sources, SPAN_SOURCES, SCORE_GAT)
 SPAN_SHAPE_ENTRY_POINTS(attention_gatv2_forward, SPAN_FORWARD, SCORE_GATV2, false, )
 SPAN_SHAPE_ENTRY_POINTS(attention_gatv2_grad, SPAN_GRAD, SCORE_GATV2, false, )
 SPAN_SHAPE_ENTRY_POINTS(attention_gatv2_sources, SPAN_SOURCES, SCORE_GATV2, false, )
+SPAN_SHAPE_ENTRY_POINTS(attention_given_forward, SPAN_FORWARD, SCORE_GIVEN, false, )

@@ -203,8 +203,9 @@ KERNEL_SETS = {
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("heads,head_dim", [(8, 16), (1, 64), (4, 64), (3, 5)], ids=str)
 def test_fused_kernel_sets_match_cpu(cupy, plan_limits, monkeypatch, kernel_set, dtype, heads, head_dim):
-    """The three fused ops, forward and backward, on the row kernels, the head-span kernels
-    and the head-span kernels without edge groups, against the CPU backend."""
+    """The three fused ops, forward and backward, and attention_aggregate's forward, on the
+    row kernels, the head-span kernels and the head-span kernels without edge groups, against
+    the CPU backend."""
     from cupy_csrattn.gpu import attention, replay
 
     stages, group_stages = KERNEL_SETS[kernel_set]
@@ -228,6 +229,13 @@ def test_fused_kernel_sets_match_cpu(cupy, plan_limits, monkeypatch, kernel_set,
         assert len(gots) == len(wants) == len(inputs)
         for got, want in zip(gots, wants):
             _close(got, want, dtype)
+    scores = (rng.standard_normal((g.num_edges, heads)) * 2).astype(dtype)
+    values = rng.standard_normal((g.num_src, heads, head_dim)).astype(dtype)
+    want_out, want_lse = ca.attention_aggregate(g, scores, values, return_lse=True)
+    got_out, got_lse = ca.attention_aggregate(gg, cupy.asarray(scores), cupy.asarray(values), return_lse=True)
+    _close(got_out, want_out, dtype)
+    finite = np.isfinite(want_lse)
+    _close(cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
 
 
 def test_fused_special_rows_on_gpu(cupy, plan_limits):

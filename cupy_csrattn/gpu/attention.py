@@ -35,7 +35,13 @@ def _row_lse(graph, scores):
 
 
 def attention_aggregate(graph, scores, values, out, lse):
+    """On the head-span kernels (score kind "given": each edge's score read in edge order)
+    where the shape fits them, else on the row kernels of aggregate.cu."""
     if values.shape[2] == 0 and lse is None:  # nothing to write
+        return
+    shape = span_for("forward", scores, scores, values, out) if values.shape[2] else None
+    if shape is not None:
+        run_span("forward", shape, "given", graph, scores, scores, 0.0, values, out, lse_out=lse)
         return
     aggregate("softmax", graph, values, out, lse_out=lse, scores=scores)
 
