@@ -275,20 +275,88 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
 
 // Runs of R consecutive rows (run r: rows [r * R, r * R + R), the plan's choice of R; see
 // gpu/plan.py), one warp per run: the run's edges are one contiguous (E_run, H) slice, which
-// the warp copies into its shared-memory stage with coalesced loads (RUN_BATCH per lane in
-// flight), then lane j works on (row, head) pairs j, j + 32, ... serially over the stage
-// (max, sum, write, as in softmax_rows' register path; in a fixed order, so deterministic;
-// run_slot spreads rows over the banks),
-// and the warp stores the stage back with coalesced stores. No item list, no shuffles; the
-// only dependent loads before the data are the run's index (none when every run is taken)
-// and its indptr entries. runs holds the runs taken (whose edges fit the stage), or is null
-// when that is every run. Outputs may alias inputs: a warp reads its run whole before it
-// writes any of it. Bound: memory (one read and one write per element).
-#define RUN_BATCH 8
+// the warp copies into its shared-memory stage (16-byte loads, the whole stage in flight at
+// once; the elements before the first 16-byte boundary and after the last one singly),
+// then works on its (row, head) pairs over the stage, L lanes per pair (L = 32 / P for
+// P = min(32, pairs) rounded up to a power of two; the lanes of a pair walk its elements
+// strided and combine by an xor butterfly, in a fixed order, so deterministic), and copies
+// the stage back out the same way. No item list; the only dependent loads before the data
+// are the run's index (none when every run is taken) and its indptr entries. runs holds the
+// runs taken (whose edges fit the stage), or is null when that is every run. Outputs may
+// alias inputs: a warp reads its run whole before it writes any of it, and touches no
+// other run's elements. Bound: memory (one read and one write per element).
+#define RUN_CHUNK_BATCH 8  // 16-byte chunks per lane in flight (all staged arrays together)
 
 // The stage slot of a run's element i: one slot of padding after every 32, so that lanes
 // walking rows of equal length (offsets a multiple of 32 elements apart) hit different banks.
 __host__ __device__ constexpr int run_slot(int i) { return i + i / WARP; }
+
+// The split of `count` elements from p into 16-byte chunks: `lead` elements before the
+// first 16-byte boundary (or all of them), then `chunks` whole chunks, then the rest.
+struct ChunkSplit {
+    int lead;
+    int chunks;
+};
+__device__ __forceinline__ ChunkSplit chunk_split(const void* p, int count) {
+    constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
+    ChunkSplit split;
+    int misalign = (int)(reinterpret_cast<unsigned long long>(p) & 15);
+    split.lead = min(count, misalign ? (16 - misalign) / (int)sizeof(scalar_t) : 0);
+    split.chunks = (count - split.lead) / PER_CHUNK;
+    return split;
+}
+
+union StageChunk {
+    int4 q;
+    scalar_t s[16 / sizeof(scalar_t)];
+};
+
+// Copies `count` elements of src (global) to the stage slots run_slot(0 .. count).
+template <int BATCH>
+__device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_t* stage, int lane) {
+    constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
+    const ChunkSplit split = chunk_split(src, count);
+    const int tail = split.lead + split.chunks * PER_CHUNK;
+    // The single elements of both ends (fewer than PER_CHUNK <= 8 each), issued with the chunks.
+    scalar_t lone_lead = 0, lone_tail = 0;
+    if (lane < split.lead) lone_lead = __ldg(src + lane);
+    if (tail + lane < count) lone_tail = __ldg(src + tail + lane);
+    const int4* chunks = reinterpret_cast<const int4*>(src + split.lead);
+    for (int c0 = 0; c0 < split.chunks; c0 += WARP * BATCH) {
+        StageChunk v[BATCH];
+#pragma unroll
+        for (int k = 0; k < BATCH; ++k) {
+            int c = c0 + k * WARP + lane;
+            if (c < split.chunks) v[k].q = __ldg(chunks + c);
+        }
+#pragma unroll
+        for (int k = 0; k < BATCH; ++k) {
+            int c = c0 + k * WARP + lane;
+            if (c < split.chunks) {
+#pragma unroll
+                for (int q = 0; q < PER_CHUNK; ++q) stage[run_slot(split.lead + c * PER_CHUNK + q)] = v[k].s[q];
+            }
+        }
+    }
+    if (lane < split.lead) stage[run_slot(lane)] = lone_lead;
+    if (tail + lane < count) stage[run_slot(tail + lane)] = lone_tail;
+}
+
+// Copies the stage slots run_slot(0 .. count) to `count` elements of dst (global).
+__device__ __forceinline__ void stage_out(const scalar_t* stage, int count, scalar_t* dst, int lane) {
+    constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
+    const ChunkSplit split = chunk_split(dst, count);
+    const int tail = split.lead + split.chunks * PER_CHUNK;
+    if (lane < split.lead) dst[lane] = stage[run_slot(lane)];
+    if (tail + lane < count) dst[tail + lane] = stage[run_slot(tail + lane)];
+    int4* chunks = reinterpret_cast<int4*>(dst + split.lead);
+    for (int c = lane; c < split.chunks; c += WARP) {
+        StageChunk v;
+#pragma unroll
+        for (int q = 0; q < PER_CHUNK; ++q) v.s[q] = stage[run_slot(split.lead + c * PER_CHUNK + q)];
+        chunks[c] = v.q;
+    }
+}
 
 template <int MODE>
 __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int R, i64 num_rows, int H,
@@ -313,64 +381,57 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
     scalar_t* stage_a = stage[warp][0];
     scalar_t* stage_g = stage[warp][ARRAYS - 1];
     const i64 base = first * H;
-    for (int start = 0; start < width; start += WARP * RUN_BATCH) {
-        scalar_t va[RUN_BATCH], vg[RUN_BATCH];
-#pragma unroll
-        for (int k = 0; k < RUN_BATCH; ++k) {
-            int i = start + k * WARP + lane;
-            if (i < width) {
-                va[k] = __ldg(a + base + i);
-                if (softmax_reads_grad(MODE)) vg[k] = __ldg(g + base + i);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < RUN_BATCH; ++k) {
-            int i = start + k * WARP + lane;
-            if (i < width) {
-                stage_a[run_slot(i)] = va[k];
-                if (softmax_reads_grad(MODE)) stage_g[run_slot(i)] = vg[k];
-            }
-        }
-    }
+    stage_in<RUN_CHUNK_BATCH / ARRAYS>(a + base, width, stage_a, lane);
+    if (softmax_reads_grad(MODE)) stage_in<RUN_CHUNK_BATCH / ARRAYS>(g + base, width, stage_g, lane);
     __syncwarp();
-    for (int pair = lane; pair < rows * H; pair += WARP) {
-        const int r = pair / H, head = pair - r * H;
-        const int begin = offsets[warp][r] + head, end = offsets[warp][r + 1];
+    const int pairs = rows * H;
+    int L = WARP;  // lanes per pair
+    while (L > 1 && WARP / L < pairs) L >>= 1;
+    const int sub = lane & (L - 1);
+    for (int pair0 = 0; pair0 < pairs; pair0 += WARP / L) {  // the same trips for every lane
+        const int pair = pair0 + lane / L;
+        const bool valid = pair < pairs;
+        const int r = valid ? pair / H : 0, head = valid ? pair - r * H : 0;
+        const int begin = valid ? offsets[warp][r] + head + sub * H : 0, end = valid ? offsets[warp][r + 1] : 0;
+        const int step = L * H;
         const i64 row = row0 + r;
         if (softmax_keeps_max(MODE)) {
             acc_t m = neg_inf();
-            for (int i = begin; i < end; i += H) m = nan_max(m, to_acc(stage_a[run_slot(i)]));
+            for (int i = begin; i < end; i += step) m = nan_max(m, to_acc(stage_a[run_slot(i)]));
+            m = span_allreduce(m, Max(), 1, L);
             acc_t shift = m == neg_inf() ? (acc_t)0 : m;
             acc_t l = 0;
-            for (int i = begin; i < end; i += H) {
+            for (int i = begin; i < end; i += step) {
                 acc_t s = to_acc(stage_a[run_slot(i)]);
                 acc_t e = s == neg_inf() ? (acc_t)0 : exp_acc(s - shift);
                 if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_scalar(stage_a + run_slot(i), e);
                 l += e;
             }
+            l = span_allreduce(l, Sum(), 1, L);
             if (MODE == SOFTMAX_LSE) {
                 SoftmaxState state;
                 state.m = m;
                 state.l = l;
-                lse_out[row * H + head] = state_lse(state);
+                if (valid && sub == 0) lse_out[row * H + head] = state_lse(state);
             } else {
                 // A NaN or +inf max makes l, and so inv, NaN.
                 acc_t inv = l == 0 ? (acc_t)0 : (acc_t)1 / l;
-                for (int i = begin; i < end; i += H) {
+                for (int i = begin; i < end; i += step) {
                     acc_t s = to_acc(stage_a[run_slot(i)]);
                     acc_t e = KEEP_EXP ? s : (s == neg_inf() ? (acc_t)0 : exp_acc(s - shift));
                     store_scalar(stage_a + run_slot(i), e * inv);
                 }
             }
         } else {
-            acc_t lse_row = softmax_probs_from_lse(MODE) ? lse_in[row * H + head] : (acc_t)0;
+            acc_t lse_row = softmax_probs_from_lse(MODE) && valid ? lse_in[row * H + head] : (acc_t)0;
             acc_t l = 0;
-            for (int i = begin; i < end; i += H) {
+            for (int i = begin; i < end; i += step) {
                 acc_t s = to_acc(stage_a[run_slot(i)]);
                 acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
                 l += p * to_acc(stage_g[run_slot(i)]);
             }
-            for (int i = begin; i < end; i += H) {
+            l = span_allreduce(l, Sum(), 1, L);
+            for (int i = begin; i < end; i += step) {
                 acc_t s = to_acc(stage_a[run_slot(i)]);
                 acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
                 store_scalar(stage_a + run_slot(i), p * (to_acc(stage_g[run_slot(i)]) - l));
@@ -379,7 +440,7 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
     }
     if (MODE == SOFTMAX_LSE) return;
     __syncwarp();
-    for (int i = lane; i < width; i += WARP) out[base + i] = stage_a[run_slot(i)];
+    stage_out(stage_a, width, out + base, lane);
 }
 
 #define SOFTMAX_ENTRY_POINTS(MODE, NAME)                                                                       \

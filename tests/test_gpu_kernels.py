@@ -311,6 +311,14 @@ def test_softmax_strategies_match_cpu(cupy, plan_limits, monkeypatch, run_rows, 
     ok = ~np.isnan(want)
     _close(got[ok], want[ok], dtype)
 
+    # Arrays that start one and three edges into their buffers: runs whose 16-byte chunks
+    # begin at other offsets, for the input and the output apart.
+    scores_view = cupy.empty((g.num_edges + 1, *edge_shape[1:]), dtype)[1:]
+    scores_view[...] = d(scores)
+    out_view = poison(cupy, (g.num_edges + 3, *edge_shape[1:]), dtype)[3:]
+    ca.edge_softmax(gg, scores_view, out=out_view)
+    assert cupy.asnumpy(out_view).tobytes() == got.tobytes()
+
     probs = np.nan_to_num(want).astype(dtype)
     grad_probs = rng.standard_normal(edge_shape).astype(dtype)
     got = ca.edge_softmax_backward(gg, d(probs), d(grad_probs))

@@ -123,20 +123,14 @@ def _median_degree(graph):
 
 def _run_rows(graph, heads, capacity):
     """Rows per run: the most (a power of two, at most MAX_RUN_ROWS) whose edges at the median
-    degree fill at most half the stage, so that most runs fit it; 0 (no runs) where that
-    leaves fewer (row, head) pairs than lanes. A warp's lanes each walk a pair's elements in
-    the stage: with fewer pairs, lanes idle while the others walk whole rows (one pair per
-    warp, rows of 500 edges at H=1, took 1.76 ms on the H200 where the row kernels had
-    taken 0.28 ms)."""
+    degree fill at most half the stage, so that most runs fit it; 0 (no runs) where a row
+    of median degree alone would fill more than half."""
     if RUN_ROWS is not None:
         return RUN_ROWS
     if heads == 0:
         return 0
     fill = int(capacity // (2 * heads * max(1.0, _median_degree(graph))))
-    if fill == 0:
-        return 0
-    rows = min(MAX_RUN_ROWS, 1 << (fill.bit_length() - 1))
-    return rows if rows * heads >= WARP else 0
+    return min(MAX_RUN_ROWS, 1 << (fill.bit_length() - 1)) if fill else 0
 
 
 def _runs(plan, degrees, heads, capacity, run_rows):
