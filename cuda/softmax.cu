@@ -7,14 +7,16 @@
 //   SOFTMAX_GRAD_SCORES  out = p * (g - sum_row p*g), p = exp(s - lse_in[row])
 //
 // Kernels: softmax_runs_* (runs of consecutive short rows, staged in shared memory),
-// softmax_groups_* (short rows, several per warp), softmax_rows_* (one warp per plan item),
+// softmax_block_rows_* (one block per wider row, staged), softmax_groups_* (short rows,
+// several per warp), softmax_rows_* (one warp per plan item),
 // and for rows split over several items softmax_merge_* (their partial states) and
 // softmax_write_* (the edges of each split item). A row's (E_row, H) slice is
 // contiguous, so lanes take (edge, head) pairs, giving coalesced loads for every H; each
 // head's per-lane states are reduced by shuffles in a fixed order (common.cuh), so results
 // are deterministic. No shared memory. Bound: memory; each (E, H) input is read from DRAM
 // once (whole rows longer than registers hold reread it from L1/L2 in the second pass).
-// Only softmax_runs uses shared memory, each warp its own slice.
+// Only the staged kernels (softmax_runs, each warp its own slice; softmax_block_rows) use
+// shared memory.
 
 #define SOFTMAX_FORWARD 0
 #define SOFTMAX_LSE 1
@@ -311,46 +313,49 @@ union StageChunk {
     scalar_t s[16 / sizeof(scalar_t)];
 };
 
-// Copies `count` elements of src (global) to the stage slots run_slot(0 .. count).
+// Copies `count` elements of src (global) to the stage slots run_slot(0 .. count), thread t
+// of the T that share the stage (a warp's lanes, or a block's threads) taking chunks t,
+// t + T, ...
 template <int BATCH>
-__device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_t* stage, int lane) {
+__device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
     constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
     const ChunkSplit split = chunk_split(src, count);
     const int tail = split.lead + split.chunks * PER_CHUNK;
     // The single elements of both ends (fewer than PER_CHUNK <= 8 each), issued with the chunks.
     scalar_t lone_lead = 0, lone_tail = 0;
-    if (lane < split.lead) lone_lead = __ldg(src + lane);
-    if (tail + lane < count) lone_tail = __ldg(src + tail + lane);
+    if (t < split.lead) lone_lead = __ldg(src + t);
+    if (tail + t < count) lone_tail = __ldg(src + tail + t);
     const int4* chunks = reinterpret_cast<const int4*>(src + split.lead);
-    for (int c0 = 0; c0 < split.chunks; c0 += WARP * BATCH) {
+    for (int c0 = 0; c0 < split.chunks; c0 += T * BATCH) {
         StageChunk v[BATCH];
 #pragma unroll
         for (int k = 0; k < BATCH; ++k) {
-            int c = c0 + k * WARP + lane;
+            int c = c0 + k * T + t;
             if (c < split.chunks) v[k].q = __ldg(chunks + c);
         }
 #pragma unroll
         for (int k = 0; k < BATCH; ++k) {
-            int c = c0 + k * WARP + lane;
+            int c = c0 + k * T + t;
             if (c < split.chunks) {
 #pragma unroll
                 for (int q = 0; q < PER_CHUNK; ++q) stage[run_slot(split.lead + c * PER_CHUNK + q)] = v[k].s[q];
             }
         }
     }
-    if (lane < split.lead) stage[run_slot(lane)] = lone_lead;
-    if (tail + lane < count) stage[run_slot(tail + lane)] = lone_tail;
+    if (t < split.lead) stage[run_slot(t)] = lone_lead;
+    if (tail + t < count) stage[run_slot(tail + t)] = lone_tail;
 }
 
-// Copies the stage slots run_slot(0 .. count) to `count` elements of dst (global).
-__device__ __forceinline__ void stage_out(const scalar_t* stage, int count, scalar_t* dst, int lane) {
+// Copies the stage slots run_slot(0 .. count) to `count` elements of dst (global), threads
+// as in stage_in.
+__device__ __forceinline__ void stage_out(const scalar_t* stage, int count, scalar_t* dst, int t, int T) {
     constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
     const ChunkSplit split = chunk_split(dst, count);
     const int tail = split.lead + split.chunks * PER_CHUNK;
-    if (lane < split.lead) dst[lane] = stage[run_slot(lane)];
-    if (tail + lane < count) dst[tail + lane] = stage[run_slot(tail + lane)];
+    if (t < split.lead) dst[t] = stage[run_slot(t)];
+    if (tail + t < count) dst[tail + t] = stage[run_slot(tail + t)];
     int4* chunks = reinterpret_cast<int4*>(dst + split.lead);
-    for (int c = lane; c < split.chunks; c += WARP) {
+    for (int c = t; c < split.chunks; c += T) {
         StageChunk v;
 #pragma unroll
         for (int q = 0; q < PER_CHUNK; ++q) v.s[q] = stage[run_slot(split.lead + c * PER_CHUNK + q)];
@@ -358,47 +363,52 @@ __device__ __forceinline__ void stage_out(const scalar_t* stage, int count, scal
     }
 }
 
-template <int MODE>
-__device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int R, i64 num_rows, int H,
-                                             const i64* indptr, const scalar_t* a, const scalar_t* g,
-                                             const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {
-    constexpr int ARRAYS = softmax_reads_grad(MODE) ? 2 : 1;
-    constexpr int CAPACITY = RUN_STAGE_BYTES / (ARRAYS * (int)sizeof(scalar_t));
+// op over the L consecutive threads of each (row, head) pair (L a power of two, the same
+// for the whole warp or block): an xor butterfly within a warp, then, for L > 32 (block
+// kernels only), over the pair's L / 32 warps in warp order through `spill`. Every thread
+// of a pair ends with the same value, whatever the scheduling.
+template <bool BLOCK, class Op>
+__device__ __forceinline__ acc_t pair_allreduce(acc_t x, Op op, int L, acc_t* spill) {
+    x = span_allreduce(x, op, 1, min(L, WARP));
+    if (BLOCK && L > WARP) {
+        const int warp = threadIdx.x / WARP, per = L / WARP, first = warp / per * per;
+        if (lane_id() == 0) spill[warp] = x;
+        __syncthreads();
+        x = spill[first];
+        for (int w = first + 1; w < first + per; ++w) x = op(x, spill[w]);
+        __syncthreads();  // spill is written again by the next reduction
+    }
+    return x;
+}
+
+// The softmax of staged rows: rows row0 .. row0 + rows, row r's elements in stage slots
+// run_slot(offsets[r] .. offsets[r + 1]) ((edge, head) in order), worked on by T threads
+// (thread t; a warp, or with BLOCK a block), L threads per (row, head) pair (L = T / P for
+// P = min(T, pairs) rounded up to a power of two), each walking the pair's elements strided
+// by L and combining by pair_allreduce (max, sum, write, as in softmax_rows' register
+// path). Outputs are written back into the stage (lse modes: lse_out).
+template <int MODE, bool BLOCK>
+__device__ __forceinline__ void stage_softmax(scalar_t* stage_a, const scalar_t* stage_g, const int* offsets, int rows,
+                                              i64 row0, int H, int t, int T, const lse_t* lse_in, lse_t* lse_out,
+                                              acc_t* spill) {
     // Where the data type is the accumulation type, the forward keeps exp(s - m) in the stage
     // exactly and does not compute it twice.
     constexpr bool KEEP_EXP = sizeof(scalar_t) == sizeof(acc_t);
-    __shared__ scalar_t stage[BLOCK_WARPS][ARRAYS][run_slot(CAPACITY)];
-    __shared__ int offsets[BLOCK_WARPS][MAX_RUN_ROWS + 1];
-    const i64 index = grid_warp();
-    if (index >= num_runs) return;
-    const int lane = lane_id(), warp = threadIdx.x / WARP;
-    const i64 row0 = (runs ? runs[index] : index) * R;
-    const int rows = (int)min((i64)R, num_rows - row0);
-    const i64 first = indptr[row0];
-    for (int r = lane; r <= rows; r += WARP) offsets[warp][r] = (int)(indptr[row0 + r] - first) * H;
-    __syncwarp();
-    const int width = offsets[warp][rows];
-    scalar_t* stage_a = stage[warp][0];
-    scalar_t* stage_g = stage[warp][ARRAYS - 1];
-    const i64 base = first * H;
-    stage_in<RUN_CHUNK_BATCH / ARRAYS>(a + base, width, stage_a, lane);
-    if (softmax_reads_grad(MODE)) stage_in<RUN_CHUNK_BATCH / ARRAYS>(g + base, width, stage_g, lane);
-    __syncwarp();
     const int pairs = rows * H;
-    int L = WARP;  // lanes per pair
-    while (L > 1 && WARP / L < pairs) L >>= 1;
-    const int sub = lane & (L - 1);
-    for (int pair0 = 0; pair0 < pairs; pair0 += WARP / L) {  // the same trips for every lane
-        const int pair = pair0 + lane / L;
+    int L = T;  // threads per pair
+    while (L > 1 && T / L < pairs) L >>= 1;
+    const int sub = t & (L - 1);
+    for (int pair0 = 0; pair0 < pairs; pair0 += T / L) {  // the same trips for every thread
+        const int pair = pair0 + t / L;
         const bool valid = pair < pairs;
         const int r = valid ? pair / H : 0, head = valid ? pair - r * H : 0;
-        const int begin = valid ? offsets[warp][r] + head + sub * H : 0, end = valid ? offsets[warp][r + 1] : 0;
+        const int begin = valid ? offsets[r] + head + sub * H : 0, end = valid ? offsets[r + 1] : 0;
         const int step = L * H;
         const i64 row = row0 + r;
         if (softmax_keeps_max(MODE)) {
             acc_t m = neg_inf();
             for (int i = begin; i < end; i += step) m = nan_max(m, to_acc(stage_a[run_slot(i)]));
-            m = span_allreduce(m, Max(), 1, L);
+            m = pair_allreduce<BLOCK>(m, Max(), L, spill);
             acc_t shift = m == neg_inf() ? (acc_t)0 : m;
             acc_t l = 0;
             for (int i = begin; i < end; i += step) {
@@ -407,7 +417,7 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
                 if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_scalar(stage_a + run_slot(i), e);
                 l += e;
             }
-            l = span_allreduce(l, Sum(), 1, L);
+            l = pair_allreduce<BLOCK>(l, Sum(), L, spill);
             if (MODE == SOFTMAX_LSE) {
                 SoftmaxState state;
                 state.m = m;
@@ -430,7 +440,7 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
                 acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
                 l += p * to_acc(stage_g[run_slot(i)]);
             }
-            l = span_allreduce(l, Sum(), 1, L);
+            l = pair_allreduce<BLOCK>(l, Sum(), L, spill);
             for (int i = begin; i < end; i += step) {
                 acc_t s = to_acc(stage_a[run_slot(i)]);
                 acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
@@ -438,9 +448,69 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
             }
         }
     }
+}
+
+template <int MODE>
+__device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int R, i64 num_rows, int H,
+                                             const i64* indptr, const scalar_t* a, const scalar_t* g,
+                                             const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {
+    constexpr int ARRAYS = softmax_reads_grad(MODE) ? 2 : 1;
+    constexpr int CAPACITY = RUN_STAGE_BYTES / (ARRAYS * (int)sizeof(scalar_t));
+    __shared__ scalar_t stage[BLOCK_WARPS][ARRAYS][run_slot(CAPACITY)];
+    __shared__ int offsets[BLOCK_WARPS][MAX_RUN_ROWS + 1];
+    const i64 index = grid_warp();
+    if (index >= num_runs) return;
+    const int lane = lane_id(), warp = threadIdx.x / WARP;
+    const i64 row0 = (runs ? runs[index] : index) * R;
+    const int rows = (int)min((i64)R, num_rows - row0);
+    const i64 first = indptr[row0];
+    for (int r = lane; r <= rows; r += WARP) offsets[warp][r] = (int)(indptr[row0 + r] - first) * H;
+    __syncwarp();
+    const int width = offsets[warp][rows];
+    scalar_t* stage_a = stage[warp][0];
+    scalar_t* stage_g = stage[warp][ARRAYS - 1];
+    const i64 base = first * H;
+    stage_in<RUN_CHUNK_BATCH / ARRAYS>(a + base, width, stage_a, lane, WARP);
+    if (softmax_reads_grad(MODE)) stage_in<RUN_CHUNK_BATCH / ARRAYS>(g + base, width, stage_g, lane, WARP);
+    __syncwarp();
+    stage_softmax<MODE, false>(stage_a, stage_g, offsets[warp], rows, row0, H, lane, WARP, lse_in, lse_out, nullptr);
     if (MODE == SOFTMAX_LSE) return;
     __syncwarp();
-    stage_out(stage_a, width, out + base, lane);
+    stage_out(stage_a, width, out + base, lane, WARP);
+}
+
+// One block per row of `rows` (whole rows wider than a warp's stage whose edges fit the
+// block's: BLOCK_WARPS times as large): the row's (E_row, H) slice is staged by the whole
+// block with 16-byte copies, worked on by stage_softmax with the block's threads (a head's
+// threads spanning warps combine through shared memory, in warp order), and copied back.
+// Bound: memory (one read and one write per element).
+template <int MODE>
+__device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows, int H, const i64* indptr,
+                                                   const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
+                                                   scalar_t* out, lse_t* lse_out) {
+    constexpr int ARRAYS = softmax_reads_grad(MODE) ? 2 : 1;
+    constexpr int CAPACITY = BLOCK_WARPS * RUN_STAGE_BYTES / (ARRAYS * (int)sizeof(scalar_t));
+    __shared__ scalar_t stage[ARRAYS][run_slot(CAPACITY)];
+    __shared__ int offsets[2];
+    __shared__ acc_t spill[BLOCK_WARPS];
+    if ((i64)blockIdx.x >= num_rows) return;  // the whole block
+    const i64 row = rows[blockIdx.x];
+    const i64 first = indptr[row];
+    const int width = (int)(indptr[row + 1] - first) * H;
+    if (threadIdx.x == 0) {
+        offsets[0] = 0;
+        offsets[1] = width;
+    }
+    const i64 base = first * H;
+    stage_in<RUN_CHUNK_BATCH / ARRAYS>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
+    if (softmax_reads_grad(MODE))
+        stage_in<RUN_CHUNK_BATCH / ARRAYS>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
+    __syncthreads();
+    stage_softmax<MODE, true>(stage[0], stage[ARRAYS - 1], offsets, 1, row, H, threadIdx.x, BLOCK_THREADS, lse_in,
+                              lse_out, spill);
+    if (MODE == SOFTMAX_LSE) return;
+    __syncthreads();
+    stage_out(stage[0], width, out + base, threadIdx.x, BLOCK_THREADS);
 }
 
 #define SOFTMAX_ENTRY_POINTS(MODE, NAME)                                                                       \
@@ -466,6 +536,11 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
                             const scalar_t* a, const scalar_t* g, const lse_t* lse_in, scalar_t* out,        \
                             lse_t* lse_out) {                                                                 \
         softmax_runs<MODE>(runs, num_runs, R, num_rows, H, indptr, a, g, lse_in, out, lse_out);              \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
+        softmax_block_rows_##NAME(const i64* rows, i64 num_rows, int H, const i64* indptr, const scalar_t* a, \
+                                  const scalar_t* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {   \
+        softmax_block_rows<MODE>(rows, num_rows, H, indptr, a, g, lse_in, out, lse_out);                      \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
         softmax_groups_##NAME(const i64* rows, i64 num_rows, int S, int H, const i64* indptr, const scalar_t* a, \
