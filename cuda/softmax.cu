@@ -7,14 +7,16 @@
 //   SOFTMAX_GRAD_SCORES  out = p * (g - sum_row p*g), p = exp(s - lse_in[row])
 //
 // Kernels: softmax_runs_* (runs of consecutive short rows, staged in shared memory),
-// softmax_groups_* (short rows, several per warp), softmax_rows_* (one warp per plan item),
+// softmax_block_rows_* (one block per wider row, staged), softmax_groups_* (short rows,
+// several per warp), softmax_rows_* (one warp per plan item),
 // and for rows split over several items softmax_merge_* (their partial states) and
 // softmax_write_* (the edges of each split item). A row's (E_row, H) slice is
 // contiguous, so lanes take (edge, head) pairs, giving coalesced loads for every H; each
 // head's per-lane states are reduced by shuffles in a fixed order (common.cuh), so results
 // are deterministic. No shared memory. Bound: memory; each (E, H) input is read from DRAM
 // once (whole rows longer than registers hold reread it from L1/L2 in the second pass).
-// Only softmax_runs uses shared memory, each warp its own slice.
+// Only the staged kernels (softmax_runs, each warp its own slice; softmax_block_rows) use
+// shared memory.
 
 #define SOFTMAX_FORWARD 0
 #define SOFTMAX_LSE 1
@@ -275,20 +277,178 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
 
 // Runs of R consecutive rows (run r: rows [r * R, r * R + R), the plan's choice of R; see
 // gpu/plan.py), one warp per run: the run's edges are one contiguous (E_run, H) slice, which
-// the warp copies into its shared-memory stage with coalesced loads (RUN_BATCH per lane in
-// flight), then lane j works on (row, head) pairs j, j + 32, ... serially over the stage
-// (max, sum, write, as in softmax_rows' register path; in a fixed order, so deterministic;
-// run_slot spreads rows over the banks),
-// and the warp stores the stage back with coalesced stores. No item list, no shuffles; the
-// only dependent loads before the data are the run's index (none when every run is taken)
-// and its indptr entries. runs holds the runs taken (whose edges fit the stage), or is null
-// when that is every run. Outputs may alias inputs: a warp reads its run whole before it
-// writes any of it. Bound: memory (one read and one write per element).
-#define RUN_BATCH 8
+// the warp copies into its shared-memory stage (16-byte loads, the whole stage in flight at
+// once; the elements before the first 16-byte boundary and after the last one singly),
+// then works on its (row, head) pairs over the stage, L lanes per pair (L = 32 / P for
+// P = min(32, pairs) rounded up to a power of two; the lanes of a pair walk its elements
+// strided and combine by an xor butterfly, in a fixed order, so deterministic), and copies
+// the stage back out the same way. No item list; the only dependent loads before the data
+// are the run's index (none when every run is taken) and its indptr entries. runs holds the
+// runs taken (whose edges fit the stage), or is null when that is every run. Outputs may
+// alias inputs: a warp reads its run whole before it writes any of it, and touches no
+// other run's elements. Bound: memory (one read and one write per element).
+#define RUN_CHUNK_BATCH 8  // 16-byte chunks per lane in flight (all staged arrays together)
 
 // The stage slot of a run's element i: one slot of padding after every 32, so that lanes
 // walking rows of equal length (offsets a multiple of 32 elements apart) hit different banks.
 __host__ __device__ constexpr int run_slot(int i) { return i + i / WARP; }
+
+// The split of `count` elements from p into 16-byte chunks: `lead` elements before the
+// first 16-byte boundary (or all of them), then `chunks` whole chunks, then the rest.
+struct ChunkSplit {
+    int lead;
+    int chunks;
+};
+__device__ __forceinline__ ChunkSplit chunk_split(const void* p, int count) {
+    constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
+    ChunkSplit split;
+    int misalign = (int)(reinterpret_cast<unsigned long long>(p) & 15);
+    split.lead = min(count, misalign ? (16 - misalign) / (int)sizeof(scalar_t) : 0);
+    split.chunks = (count - split.lead) / PER_CHUNK;
+    return split;
+}
+
+union StageChunk {
+    int4 q;
+    scalar_t s[16 / sizeof(scalar_t)];
+};
+
+// Copies `count` elements of src (global) to the stage slots run_slot(0 .. count), thread t
+// of the T that share the stage (a warp's lanes, or a block's threads) taking chunks t,
+// t + T, ...
+template <int BATCH>
+__device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
+    constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
+    const ChunkSplit split = chunk_split(src, count);
+    const int tail = split.lead + split.chunks * PER_CHUNK;
+    // The single elements of both ends (fewer than PER_CHUNK <= 8 each), issued with the chunks.
+    scalar_t lone_lead = 0, lone_tail = 0;
+    if (t < split.lead) lone_lead = __ldg(src + t);
+    if (tail + t < count) lone_tail = __ldg(src + tail + t);
+    const int4* chunks = reinterpret_cast<const int4*>(src + split.lead);
+    for (int c0 = 0; c0 < split.chunks; c0 += T * BATCH) {
+        StageChunk v[BATCH];
+#pragma unroll
+        for (int k = 0; k < BATCH; ++k) {
+            int c = c0 + k * T + t;
+            if (c < split.chunks) v[k].q = __ldg(chunks + c);
+        }
+#pragma unroll
+        for (int k = 0; k < BATCH; ++k) {
+            int c = c0 + k * T + t;
+            if (c < split.chunks) {
+#pragma unroll
+                for (int q = 0; q < PER_CHUNK; ++q) stage[run_slot(split.lead + c * PER_CHUNK + q)] = v[k].s[q];
+            }
+        }
+    }
+    if (t < split.lead) stage[run_slot(t)] = lone_lead;
+    if (tail + t < count) stage[run_slot(tail + t)] = lone_tail;
+}
+
+// Copies the stage slots run_slot(0 .. count) to `count` elements of dst (global), threads
+// as in stage_in.
+__device__ __forceinline__ void stage_out(const scalar_t* stage, int count, scalar_t* dst, int t, int T) {
+    constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
+    const ChunkSplit split = chunk_split(dst, count);
+    const int tail = split.lead + split.chunks * PER_CHUNK;
+    if (t < split.lead) dst[t] = stage[run_slot(t)];
+    if (tail + t < count) dst[tail + t] = stage[run_slot(tail + t)];
+    int4* chunks = reinterpret_cast<int4*>(dst + split.lead);
+    for (int c = t; c < split.chunks; c += T) {
+        StageChunk v;
+#pragma unroll
+        for (int q = 0; q < PER_CHUNK; ++q) v.s[q] = stage[run_slot(split.lead + c * PER_CHUNK + q)];
+        chunks[c] = v.q;
+    }
+}
+
+// op over the L consecutive threads of each (row, head) pair (L a power of two, the same
+// for the whole warp or block): an xor butterfly within a warp, then, for L > 32 (block
+// kernels only), over the pair's L / 32 warps in warp order through `spill`. Every thread
+// of a pair ends with the same value, whatever the scheduling.
+template <bool BLOCK, class Op>
+__device__ __forceinline__ acc_t pair_allreduce(acc_t x, Op op, int L, acc_t* spill) {
+    x = span_allreduce(x, op, 1, min(L, WARP));
+    if (BLOCK && L > WARP) {
+        const int warp = threadIdx.x / WARP, per = L / WARP, first = warp / per * per;
+        if (lane_id() == 0) spill[warp] = x;
+        __syncthreads();
+        x = spill[first];
+        for (int w = first + 1; w < first + per; ++w) x = op(x, spill[w]);
+        __syncthreads();  // spill is written again by the next reduction
+    }
+    return x;
+}
+
+// The softmax of staged rows: rows row0 .. row0 + rows, row r's elements in stage slots
+// run_slot(offsets[r] .. offsets[r + 1]) ((edge, head) in order), worked on by T threads
+// (thread t; a warp, or with BLOCK a block), L threads per (row, head) pair (L = T / P for
+// P = min(T, pairs) rounded up to a power of two), each walking the pair's elements strided
+// by L and combining by pair_allreduce (max, sum, write, as in softmax_rows' register
+// path). Outputs are written back into the stage (lse modes: lse_out).
+template <int MODE, bool BLOCK>
+__device__ __forceinline__ void stage_softmax(scalar_t* stage_a, const scalar_t* stage_g, const int* offsets, int rows,
+                                              i64 row0, int H, int t, int T, const lse_t* lse_in, lse_t* lse_out,
+                                              acc_t* spill) {
+    // Where the data type is the accumulation type, the forward keeps exp(s - m) in the stage
+    // exactly and does not compute it twice.
+    constexpr bool KEEP_EXP = sizeof(scalar_t) == sizeof(acc_t);
+    const int pairs = rows * H;
+    int L = T;  // threads per pair
+    while (L > 1 && T / L < pairs) L >>= 1;
+    const int sub = t & (L - 1);
+    for (int pair0 = 0; pair0 < pairs; pair0 += T / L) {  // the same trips for every thread
+        const int pair = pair0 + t / L;
+        const bool valid = pair < pairs;
+        const int r = valid ? pair / H : 0, head = valid ? pair - r * H : 0;
+        const int begin = valid ? offsets[r] + head + sub * H : 0, end = valid ? offsets[r + 1] : 0;
+        const int step = L * H;
+        const i64 row = row0 + r;
+        if (softmax_keeps_max(MODE)) {
+            acc_t m = neg_inf();
+            for (int i = begin; i < end; i += step) m = nan_max(m, to_acc(stage_a[run_slot(i)]));
+            m = pair_allreduce<BLOCK>(m, Max(), L, spill);
+            acc_t shift = m == neg_inf() ? (acc_t)0 : m;
+            acc_t l = 0;
+            for (int i = begin; i < end; i += step) {
+                acc_t s = to_acc(stage_a[run_slot(i)]);
+                acc_t e = s == neg_inf() ? (acc_t)0 : exp_acc(s - shift);
+                if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_scalar(stage_a + run_slot(i), e);
+                l += e;
+            }
+            l = pair_allreduce<BLOCK>(l, Sum(), L, spill);
+            if (MODE == SOFTMAX_LSE) {
+                SoftmaxState state;
+                state.m = m;
+                state.l = l;
+                if (valid && sub == 0) lse_out[row * H + head] = state_lse(state);
+            } else {
+                // A NaN or +inf max makes l, and so inv, NaN.
+                acc_t inv = l == 0 ? (acc_t)0 : (acc_t)1 / l;
+                for (int i = begin; i < end; i += step) {
+                    acc_t s = to_acc(stage_a[run_slot(i)]);
+                    acc_t e = KEEP_EXP ? s : (s == neg_inf() ? (acc_t)0 : exp_acc(s - shift));
+                    store_scalar(stage_a + run_slot(i), e * inv);
+                }
+            }
+        } else {
+            acc_t lse_row = softmax_probs_from_lse(MODE) && valid ? lse_in[row * H + head] : (acc_t)0;
+            acc_t l = 0;
+            for (int i = begin; i < end; i += step) {
+                acc_t s = to_acc(stage_a[run_slot(i)]);
+                acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
+                l += p * to_acc(stage_g[run_slot(i)]);
+            }
+            l = pair_allreduce<BLOCK>(l, Sum(), L, spill);
+            for (int i = begin; i < end; i += step) {
+                acc_t s = to_acc(stage_a[run_slot(i)]);
+                acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
+                store_scalar(stage_a + run_slot(i), p * (to_acc(stage_g[run_slot(i)]) - l));
+            }
+        }
+    }
+}
 
 template <int MODE>
 __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int R, i64 num_rows, int H,
@@ -296,9 +456,6 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
                                              const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {
     constexpr int ARRAYS = softmax_reads_grad(MODE) ? 2 : 1;
     constexpr int CAPACITY = RUN_STAGE_BYTES / (ARRAYS * (int)sizeof(scalar_t));
-    // Where the data type is the accumulation type, the forward keeps exp(s - m) in the stage
-    // exactly and does not compute it twice.
-    constexpr bool KEEP_EXP = sizeof(scalar_t) == sizeof(acc_t);
     __shared__ scalar_t stage[BLOCK_WARPS][ARRAYS][run_slot(CAPACITY)];
     __shared__ int offsets[BLOCK_WARPS][MAX_RUN_ROWS + 1];
     const i64 index = grid_warp();
@@ -313,73 +470,47 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
     scalar_t* stage_a = stage[warp][0];
     scalar_t* stage_g = stage[warp][ARRAYS - 1];
     const i64 base = first * H;
-    for (int start = 0; start < width; start += WARP * RUN_BATCH) {
-        scalar_t va[RUN_BATCH], vg[RUN_BATCH];
-#pragma unroll
-        for (int k = 0; k < RUN_BATCH; ++k) {
-            int i = start + k * WARP + lane;
-            if (i < width) {
-                va[k] = __ldg(a + base + i);
-                if (softmax_reads_grad(MODE)) vg[k] = __ldg(g + base + i);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < RUN_BATCH; ++k) {
-            int i = start + k * WARP + lane;
-            if (i < width) {
-                stage_a[run_slot(i)] = va[k];
-                if (softmax_reads_grad(MODE)) stage_g[run_slot(i)] = vg[k];
-            }
-        }
-    }
+    stage_in<RUN_CHUNK_BATCH / ARRAYS>(a + base, width, stage_a, lane, WARP);
+    if (softmax_reads_grad(MODE)) stage_in<RUN_CHUNK_BATCH / ARRAYS>(g + base, width, stage_g, lane, WARP);
     __syncwarp();
-    for (int pair = lane; pair < rows * H; pair += WARP) {
-        const int r = pair / H, head = pair - r * H;
-        const int begin = offsets[warp][r] + head, end = offsets[warp][r + 1];
-        const i64 row = row0 + r;
-        if (softmax_keeps_max(MODE)) {
-            acc_t m = neg_inf();
-            for (int i = begin; i < end; i += H) m = nan_max(m, to_acc(stage_a[run_slot(i)]));
-            acc_t shift = m == neg_inf() ? (acc_t)0 : m;
-            acc_t l = 0;
-            for (int i = begin; i < end; i += H) {
-                acc_t s = to_acc(stage_a[run_slot(i)]);
-                acc_t e = s == neg_inf() ? (acc_t)0 : exp_acc(s - shift);
-                if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_scalar(stage_a + run_slot(i), e);
-                l += e;
-            }
-            if (MODE == SOFTMAX_LSE) {
-                SoftmaxState state;
-                state.m = m;
-                state.l = l;
-                lse_out[row * H + head] = state_lse(state);
-            } else {
-                // A NaN or +inf max makes l, and so inv, NaN.
-                acc_t inv = l == 0 ? (acc_t)0 : (acc_t)1 / l;
-                for (int i = begin; i < end; i += H) {
-                    acc_t s = to_acc(stage_a[run_slot(i)]);
-                    acc_t e = KEEP_EXP ? s : (s == neg_inf() ? (acc_t)0 : exp_acc(s - shift));
-                    store_scalar(stage_a + run_slot(i), e * inv);
-                }
-            }
-        } else {
-            acc_t lse_row = softmax_probs_from_lse(MODE) ? lse_in[row * H + head] : (acc_t)0;
-            acc_t l = 0;
-            for (int i = begin; i < end; i += H) {
-                acc_t s = to_acc(stage_a[run_slot(i)]);
-                acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
-                l += p * to_acc(stage_g[run_slot(i)]);
-            }
-            for (int i = begin; i < end; i += H) {
-                acc_t s = to_acc(stage_a[run_slot(i)]);
-                acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
-                store_scalar(stage_a + run_slot(i), p * (to_acc(stage_g[run_slot(i)]) - l));
-            }
-        }
-    }
+    stage_softmax<MODE, false>(stage_a, stage_g, offsets[warp], rows, row0, H, lane, WARP, lse_in, lse_out, nullptr);
     if (MODE == SOFTMAX_LSE) return;
     __syncwarp();
-    for (int i = lane; i < width; i += WARP) out[base + i] = stage_a[run_slot(i)];
+    stage_out(stage_a, width, out + base, lane, WARP);
+}
+
+// One block per row of `rows` (whole rows wider than a warp's stage whose edges fit the
+// block's: BLOCK_WARPS times as large): the row's (E_row, H) slice is staged by the whole
+// block with 16-byte copies, worked on by stage_softmax with the block's threads (a head's
+// threads spanning warps combine through shared memory, in warp order), and copied back.
+// Bound: memory (one read and one write per element).
+template <int MODE>
+__device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows, int H, const i64* indptr,
+                                                   const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
+                                                   scalar_t* out, lse_t* lse_out) {
+    constexpr int ARRAYS = softmax_reads_grad(MODE) ? 2 : 1;
+    constexpr int CAPACITY = BLOCK_WARPS * RUN_STAGE_BYTES / (ARRAYS * (int)sizeof(scalar_t));
+    __shared__ scalar_t stage[ARRAYS][run_slot(CAPACITY)];
+    __shared__ int offsets[2];
+    __shared__ acc_t spill[BLOCK_WARPS];
+    if ((i64)blockIdx.x >= num_rows) return;  // the whole block
+    const i64 row = rows[blockIdx.x];
+    const i64 first = indptr[row];
+    const int width = (int)(indptr[row + 1] - first) * H;
+    if (threadIdx.x == 0) {
+        offsets[0] = 0;
+        offsets[1] = width;
+    }
+    const i64 base = first * H;
+    stage_in<RUN_CHUNK_BATCH / ARRAYS>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
+    if (softmax_reads_grad(MODE))
+        stage_in<RUN_CHUNK_BATCH / ARRAYS>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
+    __syncthreads();
+    stage_softmax<MODE, true>(stage[0], stage[ARRAYS - 1], offsets, 1, row, H, threadIdx.x, BLOCK_THREADS, lse_in,
+                              lse_out, spill);
+    if (MODE == SOFTMAX_LSE) return;
+    __syncthreads();
+    stage_out(stage[0], width, out + base, threadIdx.x, BLOCK_THREADS);
 }
 
 #define SOFTMAX_ENTRY_POINTS(MODE, NAME)                                                                       \
@@ -405,6 +536,11 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
                             const scalar_t* a, const scalar_t* g, const lse_t* lse_in, scalar_t* out,        \
                             lse_t* lse_out) {                                                                 \
         softmax_runs<MODE>(runs, num_runs, R, num_rows, H, indptr, a, g, lse_in, out, lse_out);              \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
+        softmax_block_rows_##NAME(const i64* rows, i64 num_rows, int H, const i64* indptr, const scalar_t* a, \
+                                  const scalar_t* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {   \
+        softmax_block_rows<MODE>(rows, num_rows, H, indptr, a, g, lse_in, out, lse_out);                      \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
         softmax_groups_##NAME(const i64* rows, i64 num_rows, int S, int H, const i64* indptr, const scalar_t* a, \

@@ -287,17 +287,23 @@ def test_special_rows_on_gpu(cupy, plan_limits):
     assert np.isnan(probs[ip[5] : ip[6], 1]).all() and not np.isnan(probs[ip[5] : ip[6], 0]).any()
 
 
-@pytest.mark.parametrize("run_rows", [0, 1, 4, 64])
+@pytest.mark.parametrize(
+    "run_rows,block_floor",
+    [(0, False), (0, 0), (1, None), (4, None), (64, 0)],
+    ids=["unstaged", "block-rows", "runs-1", "runs-4", "runs-64-block-rows"],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("heads", [None, 1, 3, 8, 40], ids=str)
-def test_softmax_strategies_match_cpu(cupy, plan_limits, monkeypatch, run_rows, dtype, heads):
+def test_softmax_strategies_match_cpu(cupy, plan_limits, monkeypatch, run_rows, block_floor, dtype, heads):
     """The row-wise softmax kernels with runs of consecutive rows off (0) and forced to 1, 4
-    and 64 rows per run, each mode (edge_softmax and its backward; the row lse and the
-    in-place grad_scores of attention_aggregate_backward), on rows that are empty, all -inf,
-    hold a NaN or a +inf, beside ordinary rows and a hub row."""
+    and 64 rows per run, and with one block per row for every whole row that fits a block's
+    stage (block floor 0) or none (False), each mode (edge_softmax and its backward; the row
+    lse and the in-place grad_scores of attention_aggregate_backward), on rows that are
+    empty, all -inf, hold a NaN or a +inf, beside ordinary rows and a hub row."""
     from cupy_csrattn.gpu import replay
 
     monkeypatch.setattr(plan, "RUN_ROWS", run_rows)
+    monkeypatch.setattr(plan, "BLOCK_ROW_FLOOR", block_floor)
     monkeypatch.setattr(replay, "ENABLED", False)
     rng = np.random.default_rng(13)
     g = _graph(rng, np.int32, num_dst=150, hub=700)
@@ -318,6 +324,14 @@ def test_softmax_strategies_match_cpu(cupy, plan_limits, monkeypatch, run_rows, 
     assert (got[ip[special[0]] : ip[special[0] + 1]] == 0).all()
     ok = ~np.isnan(want)
     _close(got[ok], want[ok], dtype)
+
+    # Arrays that start one and three edges into their buffers: runs whose 16-byte chunks
+    # begin at other offsets, for the input and the output apart.
+    scores_view = cupy.empty((g.num_edges + 1, *edge_shape[1:]), dtype)[1:]
+    scores_view[...] = d(scores)
+    out_view = poison(cupy, (g.num_edges + 3, *edge_shape[1:]), dtype)[3:]
+    ca.edge_softmax(gg, scores_view, out=out_view)
+    assert cupy.asnumpy(out_view).tobytes() == got.tobytes()
 
     probs = np.nan_to_num(want).astype(dtype)
     grad_probs = rng.standard_normal(edge_shape).astype(dtype)

@@ -19,7 +19,7 @@ import functools
 import numpy as np
 
 from cupy_csrattn import backend
-from cupy_csrattn.gpu.kernels import MAX_BATCHED_HEADS, MAX_RUN_ROWS, RUN_STAGE_BYTES, WARP
+from cupy_csrattn.gpu.kernels import BLOCK_WARPS, MAX_BATCHED_HEADS, MAX_RUN_ROWS, RUN_STAGE_BYTES, WARP
 
 WHOLE_ROW_EDGES = 1024
 FUSED_WHOLE_ROW_EDGES = 128
@@ -84,23 +84,28 @@ def _resident_warps(device_id):
 #: Rows per run of the softmax_runs kernels: None lets softmax_layout choose from the median
 #: degree; 0 turns runs off; a power of two up to MAX_RUN_ROWS forces it (tests force each).
 RUN_ROWS = None
+#: Whole rows wider than this many elements (None: a warp's stage) whose edges fit a block's
+#: stage take one block each (softmax_block_rows); tests lower it, False turns it off.
+BLOCK_ROW_FLOOR = None
 
 
 class SoftmaxLayout:
     """The plan of the row-wise softmax kernels for H heads: runs of consecutive short rows,
-    short rows in lane groups, the rest one warp per plan item.
+    wider rows one block each, short rows in lane groups, the rest one warp per plan item.
 
     run_rows, runs, num_runs: runs of run_rows consecutive rows whose edges fit a warp's
     stage; runs lists the runs taken, or is None when that is every run.
+    block_rows: the rows that take a block each (softmax_block_rows).
     groups: (S, rows) pairs; each row of `rows` gets S lanes (degree * H <= S <= WARP).
-    items, num_whole: the plan's items without the rows that went to runs or groups.
+    items, num_whole: the plan's items without the rows that went to runs, blocks or groups.
     """
 
-    def __init__(self, plan, run_rows, runs, num_runs, groups, items, num_whole):
+    def __init__(self, plan, run_rows, runs, num_runs, block_rows, groups, items, num_whole):
         self.plan = plan
         self.run_rows = run_rows
         self.runs = runs
         self.num_runs = num_runs
+        self.block_rows = block_rows
         self.groups = groups
         self.items = items
         self.num_items = len(items)
@@ -123,20 +128,14 @@ def _median_degree(graph):
 
 def _run_rows(graph, heads, capacity):
     """Rows per run: the most (a power of two, at most MAX_RUN_ROWS) whose edges at the median
-    degree fill at most half the stage, so that most runs fit it; 0 (no runs) where that
-    leaves fewer (row, head) pairs than lanes. A warp's lanes each walk a pair's elements in
-    the stage: with fewer pairs, lanes idle while the others walk whole rows (one pair per
-    warp, rows of 500 edges at H=1, took 1.76 ms on the H200 where the row kernels had
-    taken 0.28 ms)."""
+    degree fill at most half the stage, so that most runs fit it; 0 (no runs) where a row
+    of median degree alone would fill more than half."""
     if RUN_ROWS is not None:
         return RUN_ROWS
     if heads == 0:
         return 0
     fill = int(capacity // (2 * heads * max(1.0, _median_degree(graph))))
-    if fill == 0:
-        return 0
-    rows = min(MAX_RUN_ROWS, 1 << (fill.bit_length() - 1))
-    return rows if rows * heads >= WARP else 0
+    return min(MAX_RUN_ROWS, 1 << (fill.bit_length() - 1)) if fill else 0
 
 
 def _runs(plan, degrees, heads, capacity, run_rows):
@@ -156,23 +155,38 @@ def _runs(plan, degrees, heads, capacity, run_rows):
     return runs.astype(np.int64), len(runs), in_run
 
 
+def _block_rows(degrees, heads, capacity, free):
+    """The whole rows, of those `free`, that take a block each: wider than BLOCK_ROW_FLOOR
+    elements (a warp's stage by default) and fitting a block's stage."""
+    cupy = backend.cupy
+    floor = capacity if BLOCK_ROW_FLOOR is None else BLOCK_ROW_FLOOR
+    if BLOCK_ROW_FLOOR is False or heads == 0:
+        return cupy.zeros(0, dtype=np.int64)
+    width = degrees * heads
+    fits = (width > floor) & (width <= BLOCK_WARPS * capacity) & (degrees <= WHOLE_ROW_EDGES)
+    return cupy.flatnonzero(fits & free).astype(np.int64)  # host sync
+
+
 def _build_softmax_layout(graph, heads, capacity, run_rows):
     cupy = backend.cupy
     plan = plan_for(graph)
     degrees = cupy.diff(plan.indptr)
     runs, num_runs = None, 0
-    free = cupy.ones(len(degrees), dtype=bool)  # rows not in a run
+    free = cupy.ones(len(degrees), dtype=bool)  # rows no staged kernel takes
     if run_rows and len(degrees):
         runs, num_runs, in_run = _runs(plan, degrees, heads, capacity, run_rows)
         free = ~in_run
+    block_rows = _block_rows(degrees, heads, capacity, free)
+    free[block_rows] = False
+    staged = (run_rows, runs, num_runs, block_rows)
     if heads == 0 or heads > MAX_BATCHED_HEADS or heads & (heads - 1):
         whole = plan.items[: plan.num_whole]
         left = whole[free[whole[:, 0]]]  # host sync
         items = cupy.ascontiguousarray(cupy.concatenate([left, plan.items[plan.num_whole :]]))
-        return SoftmaxLayout(plan, run_rows, runs, num_runs, [], items, len(left))
+        return SoftmaxLayout(plan, *staged, [], items, len(left))
     width = cupy.maximum(degrees, 1) * heads  # elements of each row
-    # Only rows the plan keeps whole and no run took: a split row's items are all handled by
-    # the item kernels.
+    # Only rows the plan keeps whole and no staged kernel took: a split row's items are all
+    # handled by the item kernels.
     width[(degrees > WHOLE_ROW_EDGES) | ~free] = WARP + 1  # wider than any group
     groups = []
     size = heads
@@ -186,12 +200,12 @@ def _build_softmax_layout(graph, heads, capacity, run_rows):
     whole_rows = whole[:, 0]
     long_whole = whole[(width[whole_rows] > WARP) & free[whole_rows]]  # host sync
     items = cupy.ascontiguousarray(cupy.concatenate([long_whole, plan.items[plan.num_whole :]]))
-    return SoftmaxLayout(plan, run_rows, runs, num_runs, groups, items, len(long_whole))
+    return SoftmaxLayout(plan, *staged, groups, items, len(long_whole))
 
 
 def softmax_layout(graph, heads, capacity):
     """The cached softmax layout of a GPU graph for `heads` heads and a stage of `capacity`
     elements per staged array (run_capacity)."""
     run_rows = _run_rows(graph, heads, capacity)
-    key = ("gpu_softmax_layout", heads, capacity, run_rows, WHOLE_ROW_EDGES)
+    key = ("gpu_softmax_layout", heads, capacity, run_rows, BLOCK_ROW_FLOOR, WHOLE_ROW_EDGES)
     return graph.cached(key, lambda: _build_softmax_layout(graph, heads, capacity, run_rows))

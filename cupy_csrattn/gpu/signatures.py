@@ -67,6 +67,11 @@ for _mode in SOFTMAX_MODES:
     )
     _declare(
         "softmax",
+        [f"softmax_block_rows_{_mode}"],
+        _params(f"const i64* rows, i64 num_rows, int H, const i64* indptr, {_SOFTMAX_ARRAYS}, lse_t* lse_out?"),
+    )
+    _declare(
+        "softmax",
         [f"softmax_groups_{_mode}"],
         _params(f"const i64* rows, i64 num_rows, int S, int H, const i64* indptr, {_SOFTMAX_ARRAYS}, lse_t* lse_out?"),
     )

@@ -9,9 +9,9 @@ from cupy_csrattn.gpu.sddmm import gather_edges
 
 def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
     """Softmax mode ``mode`` (forward, lse, grad_probs, grad_scores; see softmax.cu) over the
-    rows of an (E, H) array ``a``: runs of short rows staged in shared memory, other short
-    rows in lane groups, the others one warp per plan item, split rows merged and then
-    written."""
+    rows of an (E, H) array ``a``: runs of short rows staged in a warp's shared memory, wider
+    rows in a block's, other short rows in lane groups, the others one warp per plan item,
+    split rows merged and then written."""
     heads = a.shape[1]
     dtype, index_dtype = a.dtype, graph.index_dtype
     layout = plans.softmax_layout(graph, heads, plans.run_capacity(dtype, 1 if g is None else 2))
@@ -19,6 +19,18 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
     state_dtype = accumulation_dtype(dtype)
     partial = scratch((plan.num_split_items, heads, 2), state_dtype) if plan.num_split_items else None
     arrays = dict(a=a, g=g, lse_in=lse_in, out=out)
+    launch(
+        f"softmax_block_rows_{mode}",
+        dtype,
+        index_dtype,
+        (len(layout.block_rows),),
+        rows=layout.block_rows,
+        num_rows=len(layout.block_rows),
+        H=heads,
+        indptr=plan.indptr,
+        lse_out=lse_out,
+        **arrays,
+    )
     launch(
         f"softmax_runs_{mode}",
         dtype,
