@@ -12,9 +12,9 @@
 // softmax_write_* (the edges of each split item). A row's (E_row, H) slice is
 // contiguous, so lanes take (edge, head) pairs, giving coalesced loads for every H; each
 // head's per-lane states are reduced by shuffles in a fixed order (common.cuh), so results
-// are deterministic. No shared memory. Bound: memory; each (E, H) input is read from DRAM
-// once (whole rows longer than registers hold reread it from L1/L2 in the second pass).
-// Only softmax_runs uses shared memory, each warp its own slice.
+// are deterministic. Only softmax_runs uses shared memory (each warp its own slice). Bound:
+// memory; each (E, H) input is read from DRAM once (whole rows longer than registers hold
+// reread it from L1/L2 in the second pass).
 
 #define SOFTMAX_FORWARD 0
 #define SOFTMAX_LSE 1
@@ -278,8 +278,8 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
 // the warp copies into its shared-memory stage with coalesced loads (RUN_BATCH per lane in
 // flight), then lane j works on (row, head) pairs j, j + 32, ... serially over the stage
 // (max, sum, write, as in softmax_rows' register path; in a fixed order, so deterministic;
-// run_slot spreads rows over the banks),
-// and the warp stores the stage back with coalesced stores. No item list, no shuffles; the
+// run_slot spreads rows over the banks), and the warp stores the stage back with coalesced
+// stores. No item list, no shuffles; the
 // only dependent loads before the data are the run's index (none when every run is taken)
 // and its indptr entries. runs holds the runs taken (whose edges fit the stage), or is null
 // when that is every run. Outputs may alias inputs: a warp reads its run whole before it
