@@ -13,10 +13,9 @@
 // softmax_write_* (the edges of each split item). A row's (E_row, H) slice is
 // contiguous, so lanes take (edge, head) pairs, giving coalesced loads for every H; each
 // head's per-lane states are reduced by shuffles in a fixed order (common.cuh), so results
-// are deterministic. No shared memory. Bound: memory; each (E, H) input is read from DRAM
-// once (whole rows longer than registers hold reread it from L1/L2 in the second pass).
-// Only the staged kernels (softmax_runs, each warp its own slice; softmax_block_rows) use
-// shared memory.
+// are deterministic. Only the staged kernels (softmax_runs, each warp its own slice;
+// softmax_block_rows) use shared memory. Bound: memory; each (E, H) input is read from
+// DRAM once (whole rows longer than registers hold reread it from L1/L2 in the second pass).
 
 #define SOFTMAX_FORWARD 0
 #define SOFTMAX_LSE 1

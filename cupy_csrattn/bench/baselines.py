@@ -216,11 +216,6 @@ def pyg_message_bytes(graph, H, F, dtype):
     return graph.num_edges * H * F * np.dtype(dtype).itemsize
 
 
-def pyg_fits(graph, H, F, dtype, device_bytes):
-    """Whether PYG_MESSAGE_COPIES message tensors fit in ``device_bytes``."""
-    return PYG_MESSAGE_COPIES * pyg_message_bytes(graph, H, F, dtype) <= device_bytes
-
-
 def pyg_aggregate(pyg, graph, rows, H, F):
     """attention_aggregate as PyG writes it: softmax(ptr=...), gather, scale, index_add_.
 

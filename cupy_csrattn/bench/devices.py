@@ -5,7 +5,6 @@ and ``time(fn)``, ``time_host_call(fn)``, ``copy_bandwidth()``, ``random_state(s
 ``standard_normal(rs, shape)``, ``free()``, ``peak_extra_bytes(fn)`` and ``versions()``.
 """
 
-import os
 import platform
 import sys
 
@@ -140,11 +139,6 @@ class CpuDevice:
     @staticmethod
     def random_state(seed):
         return np.random.default_rng(seed)
-
-    @staticmethod
-    def memory_bytes():
-        """The host's physical memory."""
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
     @staticmethod
     def standard_normal(rs, shape):
