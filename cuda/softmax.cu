@@ -286,7 +286,12 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
 // runs taken (whose edges fit the stage), or is null when that is every run. Outputs may
 // alias inputs: a warp reads its run whole before it writes any of it, and touches no
 // other run's elements. Bound: memory (one read and one write per element).
-#define RUN_CHUNK_BATCH 8  // 16-byte chunks per lane in flight (all staged arrays together)
+// 16-byte chunks per lane in flight for each staged array. The forward and lse modes (one
+// array) take 2: with 8 softmax_runs_forward used 62 registers, four blocks per SM instead of
+// six, and ran 1.14x slower on a uniform graph of degree 16 at H = 8 (H200). The gradient
+// modes (two arrays) take 4 each (48 registers): with 1 each they ran 1.19x slower on rows
+// of 500 edges.
+__host__ __device__ constexpr int run_chunk_batch(int arrays) { return arrays == 1 ? 2 : 4; }
 
 // The stage slot of a run's element i: one slot of padding after every 32, so that lanes
 // walking rows of equal length (offsets a multiple of 32 elements apart) hit different banks.
@@ -469,8 +474,8 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
     scalar_t* stage_a = stage[warp][0];
     scalar_t* stage_g = stage[warp][ARRAYS - 1];
     const i64 base = first * H;
-    stage_in<RUN_CHUNK_BATCH / ARRAYS>(a + base, width, stage_a, lane, WARP);
-    if (softmax_reads_grad(MODE)) stage_in<RUN_CHUNK_BATCH / ARRAYS>(g + base, width, stage_g, lane, WARP);
+    stage_in<run_chunk_batch(ARRAYS)>(a + base, width, stage_a, lane, WARP);
+    if (softmax_reads_grad(MODE)) stage_in<run_chunk_batch(ARRAYS)>(g + base, width, stage_g, lane, WARP);
     __syncwarp();
     stage_softmax<MODE, false>(stage_a, stage_g, offsets[warp], rows, row0, H, lane, WARP, lse_in, lse_out, nullptr);
     if (MODE == SOFTMAX_LSE) return;
@@ -501,9 +506,9 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows
         offsets[1] = width;
     }
     const i64 base = first * H;
-    stage_in<RUN_CHUNK_BATCH / ARRAYS>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
+    stage_in<run_chunk_batch(ARRAYS)>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
     if (softmax_reads_grad(MODE))
-        stage_in<RUN_CHUNK_BATCH / ARRAYS>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
+        stage_in<run_chunk_batch(ARRAYS)>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
     __syncthreads();
     stage_softmax<MODE, true>(stage[0], stage[ARRAYS - 1], offsets, 1, row, H, threadIdx.x, BLOCK_THREADS, lse_in,
                               lse_out, spill);
