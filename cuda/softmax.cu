@@ -276,8 +276,8 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
 
 // Runs of R consecutive rows (run r: rows [r * R, r * R + R), the plan's choice of R; see
 // gpu/plan.py), one warp per run: the run's edges are one contiguous (E_run, H) slice, which
-// the warp copies into its shared-memory stage (16-byte loads, the whole stage in flight at
-// once; the elements before the first 16-byte boundary and after the last one singly),
+// the warp copies into its shared-memory stage (16-byte loads, run_chunk_batch of them per
+// lane in flight; the elements before the first 16-byte boundary and after the last one singly),
 // then works on its (row, head) pairs over the stage, L lanes per pair (L = 32 / P for
 // P = min(32, pairs) rounded up to a power of two; the lanes of a pair walk its elements
 // strided and combine by an xor butterfly, in a fixed order, so deterministic), and copies
