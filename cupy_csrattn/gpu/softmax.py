@@ -19,6 +19,8 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
     state_dtype = accumulation_dtype(dtype)
     partial = scratch((plan.num_split_items, heads, 2), state_dtype) if plan.num_split_items else None
     arrays = dict(a=a, g=g, lse_in=lse_in, out=out)
+    # The arguments the kernels of whole rows (block rows, runs, lane groups) share.
+    whole_rows = dict(H=heads, indptr=plan.indptr, lse_out=lse_out, **arrays)
     launch(
         f"softmax_block_rows_{mode}",
         dtype,
@@ -26,10 +28,7 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
         (len(layout.block_rows),),
         rows=layout.block_rows,
         num_rows=len(layout.block_rows),
-        H=heads,
-        indptr=plan.indptr,
-        lse_out=lse_out,
-        **arrays,
+        **whole_rows,
     )
     launch(
         f"softmax_runs_{mode}",
@@ -40,10 +39,7 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
         num_runs=layout.num_runs,
         R=layout.run_rows,
         num_rows=graph.num_dst,
-        H=heads,
-        indptr=plan.indptr,
-        lse_out=lse_out,
-        **arrays,
+        **whole_rows,
     )
     for size, rows in layout.groups:
         rows_per_warp = WARP // size
@@ -55,10 +51,7 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
             rows=rows,
             num_rows=len(rows),
             S=size,
-            H=heads,
-            indptr=plan.indptr,
-            lse_out=lse_out,
-            **arrays,
+            **whole_rows,
         )
     launch(
         f"softmax_rows_{mode}",
