@@ -1,9 +1,10 @@
 """Time each kernel stage of the fused graph_attention on the head-span kernels (the forward,
 the backward's pass over the rows, its pass over the sources) and the whole backward of
-graph_attention and gat_attention, float32, on a uniform and an R-MAT graph of 16.7M edges.
+graph_attention and gat_attention, float32 (or DTYPE), on a uniform and an R-MAT graph of
+16.7M edges.
 
 Run on a machine with a GPU, from the repository root:
-    PYTHONPATH=. python3 benchmarks/fused_stages.py OUT.json
+    PYTHONPATH=. python3 benchmarks/fused_stages.py OUT.json [DTYPE]
 The stages are launched through the launcher's own helpers (gpu/attention.py: span_for,
 run_span), the whole ops through the public API with replay of repeated calls off.
 Medians of 10 event-timed calls after 2 untimed ones (bench.timing.time_gpu).
@@ -28,11 +29,11 @@ timed = partial(time_gpu, repeat=10, warmup=2)
 GRAPH_NAMES = ("uniform-1M", "rmat-20")  # graphs of compare_trees.GRAPHS
 
 
-def measure(graph, graph_t, graph_name, H, F, rng):
+def measure(graph, graph_t, graph_name, H, F, dtype, rng):
     """One record: the stages of graph_attention and the whole fused ops at H heads of F."""
 
     def rand(*shape):
-        return cupy.asarray(rng.standard_normal(shape).astype(np.float32))
+        return cupy.asarray(rng.standard_normal(shape).astype(dtype))
 
     q, k, v, grad_out = (
         rand(graph.num_dst, H, F),
@@ -52,6 +53,7 @@ def measure(graph, graph_t, graph_name, H, F, rng):
         graph=graph_name,
         H=H,
         F=F,
+        dtype=np.dtype(dtype).name,
         forward_ms=timed(lambda: attention.run_span("forward", shape, graph=graph, out1=out, lse_out=lse, **span)),
         rows_pass_ms=timed(
             lambda: attention.run_span("grad", shape, graph=graph, out1=grad_q, fwd_out=out, **backward, **span)
@@ -67,7 +69,7 @@ def measure(graph, graph_t, graph_name, H, F, rng):
     )
 
 
-def main(out_path):
+def main(out_path, dtype="float32"):
     replay.ENABLED = False
     rng = np.random.default_rng(0)
     records = []
@@ -75,7 +77,7 @@ def main(out_path):
         graph = ca.CSRGraph(cupy.asarray(indptr), cupy.asarray(indices), num_src)
         graph_t, _ = graph.transpose()
         for H, F in ((8, 16), (4, 64)):
-            records.append(measure(graph, graph_t, name, H, F, rng))
+            records.append(measure(graph, graph_t, name, H, F, dtype, rng))
             print(json.dumps(records[-1]), flush=True)
     gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     with open(out_path, "w") as file:
