@@ -564,9 +564,9 @@ __device__ __forceinline__ void attention_span(SPAN_ARGS) {
 // Blocks per multiprocessor that the compiler must fit (registers capped to match) for the
 // dot and gat kernels: the forward 4 (32 warps), the dot score's backward passes in float16 3;
 // others as many as their registers allow. Measured on an H200 (1M-node uniform and R-MAT
-// graphs): the forward of float16 H = 8, F = 16 ran 0.73-0.87x the time, the float16 dot
-// backward 0.73-0.76x; capping the float32 H = 4, F = 64 dot backward (109 registers, two
-// blocks) to 3 or 4 blocks spilled and ran 1.09-1.48x slower.
+// graphs, against no bound): the forward of float16 H = 8, F = 16 ran 0.73-0.89x the time,
+// the float16 dot backward 0.73-0.77x; capping the float32 H = 4, D = F = 64 dot backward
+// (96-110 registers, two blocks) to 3 or 4 blocks spilled and ran 1.09-1.48x slower.
 __host__ __device__ constexpr int span_min_blocks(int stage, int kind) {
     return kind != SCORE_DOT && kind != SCORE_GAT ? 1
            : stage == SPAN_FORWARD                ? 4
