@@ -1,8 +1,10 @@
-"""The softmax plan's choice of rows per run (gpu/plan._run_rows), which needs no GPU: the
-median degree is given."""
+"""The plans' choices that need no GPU: the softmax plan's rows per run (gpu/plan._run_rows,
+the median degree given) and the order of the work plan's items (NumPy standing in for CuPy)."""
 
+import numpy as np
 import pytest
 
+from cupy_csrattn import backend
 from cupy_csrattn.gpu import plan
 from cupy_csrattn.gpu.kernels import MAX_RUN_ROWS
 
@@ -39,3 +41,43 @@ def test_forced_rows_per_run(monkeypatch):
     assert plan._run_rows(None, 1, 1024) == 1
     monkeypatch.setattr(plan, "RUN_ROWS", 0)
     assert plan._run_rows(None, 1, 1024) == 0
+
+
+class _Graph:
+    def __init__(self, degrees):
+        self.indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
+
+
+@pytest.mark.parametrize(
+    "degrees,whole_row_edges",
+    [
+        ([3, 0, 7, 3, 1, 0, 7, 2], 8),  # ties keep row order
+        ([5, 40, 0, 9, 9, 17, 1, 64, 2], 8),  # split rows: 40, 17, 64
+        ([4] * 6, 8),  # equal degrees: the rows' own order
+        ([0, 0, 0], 8),
+    ],
+)
+def test_plan_items_longest_first(monkeypatch, degrees, whole_row_edges):
+    """The plan (NumPy standing in for CuPy): whole rows once each, longest first with ties in
+    row order, then each split row's items in order, covering its edges."""
+    monkeypatch.setattr(backend, "cupy", np)
+    built = plan._build(_Graph(degrees), whole_row_edges)
+    degrees = np.asarray(degrees)
+    indptr = np.concatenate([[0], np.cumsum(degrees)])
+    whole_rows = [row for row in range(len(degrees)) if degrees[row] <= whole_row_edges]
+    want = sorted(whole_rows, key=lambda row: (-degrees[row], row))
+    whole = built.items[: built.num_whole]
+    assert whole[:, 0].tolist() == want
+    assert whole[:, 1].tolist() == indptr[want].tolist()
+    assert whole[:, 2].tolist() == indptr[np.asarray(want, dtype=int) + 1].tolist()
+    assert (whole[:, 3] == -1).all()
+    split = built.items[built.num_whole :]
+    split_rows = [row for row in range(len(degrees)) if degrees[row] > whole_row_edges]
+    assert built.split_rows[:, 0].tolist() == split_rows
+    for index, (row, first, count) in enumerate(built.split_rows):
+        items = split[first : first + count]
+        assert (items[:, 0] == row).all() and (items[:, 3] == index).all()
+        assert items[0, 1] == indptr[row] and items[-1, 2] == indptr[row + 1]
+        assert (items[1:, 1] == items[:-1, 2]).all()
+        assert (items[:-1, 2] - items[:-1, 1] >= whole_row_edges).all() and items[-1, 2] > items[-1, 1]
+    assert len(split) == built.split_rows[:, 2].sum()

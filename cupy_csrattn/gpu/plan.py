@@ -5,6 +5,13 @@ must be written). Longer rows are split into at most MAX_CHUNKS items of at leas
 WHOLE_ROW_EDGES edges; their partial states are merged per row in item order, so results
 do not depend on scheduling.
 
+Whole-row items come first, longest first (ties in row order), then the split items. A
+block's warps take consecutive items and the block holds its place on the multiprocessor
+until its longest item ends: in row order a skewed graph puts a long row beside short and
+empty ones in most blocks, whose warps then sit idle; sorted, a block's items are about
+equally long, and the longest start first. On a graph of equal degrees the order is the
+rows' own.
+
 The fused attention kernels, whose every edge is a chain of dependent loads (index, then
 the score's node rows, then the values), split rows sooner: past E / (warps the device
 holds at once), but at least FUSED_WHOLE_ROW_EDGES, so that a hub row is spread over many
@@ -27,7 +34,8 @@ MAX_CHUNKS = 1024
 
 
 class Plan:
-    """items: (num_items, 4) int64 rows (row, begin, end, split row or -1), whole-row items first;
+    """items: (num_items, 4) int64 rows (row, begin, end, split row or -1), whole-row items first
+    (longest first);
     split_rows: (num_split, 3) int64 rows (row, first split item, item count)."""
 
     def __init__(self, items, num_whole, split_rows, indptr):
@@ -46,6 +54,7 @@ def _build(graph, whole_row_edges):
     degrees = cupy.diff(indptr)
     is_split = degrees > whole_row_edges
     whole = cupy.flatnonzero(~is_split)
+    whole = whole[cupy.argsort(-degrees[whole], kind="stable")]  # longest first, ties in row order
     whole_items = cupy.stack([whole, indptr[whole], indptr[whole + 1], cupy.full_like(whole, -1)], axis=1)
 
     split = cupy.flatnonzero(is_split)
