@@ -49,19 +49,22 @@ class _Graph:
 
 
 @pytest.mark.parametrize(
-    "degrees,whole_row_edges",
+    "degrees,whole_row_edges,chunk_edges",
     [
-        ([3, 0, 7, 3, 1, 0, 7, 2], 8),  # ties keep row order
-        ([5, 40, 0, 9, 9, 17, 1, 64, 2], 8),  # split rows: 40, 17, 64
-        ([4] * 6, 8),  # equal degrees: the rows' own order
-        ([0, 0, 0], 8),
+        ([3, 0, 7, 3, 1, 0, 7, 2], 8, 8),  # ties keep row order
+        ([5, 40, 0, 9, 9, 17, 1, 64, 2], 8, 8),  # split rows: 40, 17, 64
+        ([5, 40, 0, 9, 9, 17, 1, 64, 2], 8, 3),  # split in chunks shorter than a whole row
+        ([4] * 6, 8, 8),  # equal degrees: the rows' own order
+        ([0, 0, 0], 8, 8),
+        ([5000, 2], 8, 3),  # past MAX_CHUNKS chunks of chunk_edges: longer chunks
     ],
 )
-def test_plan_items_longest_first(monkeypatch, degrees, whole_row_edges):
+def test_plan_items_longest_first(monkeypatch, degrees, whole_row_edges, chunk_edges):
     """The plan (NumPy standing in for CuPy): whole rows once each, longest first with ties in
-    row order, then each split row's items in order, covering its edges."""
+    row order, then each split row's items in order, covering its edges in chunks of
+    chunk_edges (more where a row would take more than MAX_CHUNKS) but the last."""
     monkeypatch.setattr(backend, "cupy", np)
-    built = plan._build(_Graph(degrees), whole_row_edges)
+    built = plan._build(_Graph(degrees), whole_row_edges, chunk_edges)
     degrees = np.asarray(degrees)
     indptr = np.concatenate([[0], np.cumsum(degrees)])
     whole_rows = [row for row in range(len(degrees)) if degrees[row] <= whole_row_edges]
@@ -79,5 +82,7 @@ def test_plan_items_longest_first(monkeypatch, degrees, whole_row_edges):
         assert (items[:, 0] == row).all() and (items[:, 3] == index).all()
         assert items[0, 1] == indptr[row] and items[-1, 2] == indptr[row + 1]
         assert (items[1:, 1] == items[:-1, 2]).all()
-        assert (items[:-1, 2] - items[:-1, 1] >= whole_row_edges).all() and items[-1, 2] > items[-1, 1]
+        chunk = max(chunk_edges, -(-degrees[row] // plan.MAX_CHUNKS))
+        assert count == -(-degrees[row] // chunk) <= plan.MAX_CHUNKS
+        assert (items[:-1, 2] - items[:-1, 1] == chunk).all() and items[-1, 2] > items[-1, 1]
     assert len(split) == built.split_rows[:, 2].sum()

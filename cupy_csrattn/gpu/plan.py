@@ -1,9 +1,9 @@
 """The per-graph work plan: which warp handles which edges of which row.
 
 Rows of up to WHOLE_ROW_EDGES edges are one work item each (empty rows too: their outputs
-must be written). Longer rows are split into at most MAX_CHUNKS items of at least
-WHOLE_ROW_EDGES edges; their partial states are merged per row in item order, so results
-do not depend on scheduling.
+must be written). Longer rows are split into at most MAX_CHUNKS items of WHOLE_ROW_EDGES
+edges or more (a row's last item may be shorter); their partial states are merged per row in
+item order, so results do not depend on scheduling.
 
 Whole-row items come first, longest first (ties in row order), then the split items. A
 block's warps take consecutive items and the block holds its place on the multiprocessor
@@ -15,8 +15,10 @@ rows' own.
 The fused attention kernels, whose every edge is a chain of dependent loads (index, then
 the score's node rows, then the values), split rows sooner: past E / (warps the device
 holds at once), but at least FUSED_WHOLE_ROW_EDGES, so that a hub row is spread over many
-warps while rows no longer than one warp's fair share stay whole. That also bounds their
-partial states by about twice the resident warps, whatever the graph's size.
+warps while rows no longer than one warp's fair share stay whole. The rows they split go
+in chunks of a FUSED_CHUNKS_PER_SHARE-th of that share: the split items run last, so their
+length is the launch's tail. Their partial states number at most about
+FUSED_CHUNKS_PER_SHARE + 1 times the resident warps, whatever the graph's size.
 
 Each plan is built once per graph (one host sync to size it) and cached on the graph.
 """
@@ -30,6 +32,7 @@ from cupy_csrattn.gpu.kernels import BLOCK_WARPS, MAX_BATCHED_HEADS, MAX_RUN_ROW
 
 WHOLE_ROW_EDGES = 1024
 FUSED_WHOLE_ROW_EDGES = 128
+FUSED_CHUNKS_PER_SHARE = 4
 MAX_CHUNKS = 1024
 
 
@@ -48,7 +51,9 @@ class Plan:
         self.num_split = len(split_rows)
 
 
-def _build(graph, whole_row_edges):
+def _build(graph, whole_row_edges, chunk_edges):
+    """The plan splitting rows longer than whole_row_edges into items of chunk_edges (or more,
+    to keep to MAX_CHUNKS items per row)."""
     cupy = backend.cupy
     indptr = graph.indptr.astype(np.int64, copy=False)
     degrees = cupy.diff(indptr)
@@ -59,7 +64,7 @@ def _build(graph, whole_row_edges):
 
     split = cupy.flatnonzero(is_split)
     split_degrees = degrees[split]
-    chunk = cupy.maximum(whole_row_edges, -(-split_degrees // MAX_CHUNKS))
+    chunk = cupy.maximum(chunk_edges, -(-split_degrees // MAX_CHUNKS))
     counts = -(-split_degrees // chunk)
     first = cupy.cumsum(counts) - counts
     num_split_items = int(counts.sum()) if len(split) else 0  # host sync (once per graph)
@@ -76,11 +81,13 @@ def _build(graph, whole_row_edges):
 
 def plan_for(graph, fused=False):
     """The cached plan of a GPU graph (built on first use); fused: the fused attention kernels' plan."""
-    whole_row_edges = WHOLE_ROW_EDGES
+    whole_row_edges = chunk_edges = WHOLE_ROW_EDGES
     if fused:
         fair_share = -(-graph.num_edges // _resident_warps(backend.cupy.cuda.runtime.getDevice()))
         whole_row_edges = max(FUSED_WHOLE_ROW_EDGES, fair_share)
-    return graph.cached(("gpu_plan", whole_row_edges), lambda: _build(graph, whole_row_edges))
+        chunk_edges = max(FUSED_WHOLE_ROW_EDGES, fair_share // FUSED_CHUNKS_PER_SHARE)
+    key = ("gpu_plan", whole_row_edges, chunk_edges)
+    return graph.cached(key, lambda: _build(graph, whole_row_edges, chunk_edges))
 
 
 @functools.lru_cache(maxsize=None)
