@@ -21,12 +21,20 @@ def cupy():
     return require_cupy()
 
 
-@pytest.fixture(params=[(1024, 1024), (4, 3), (1, 2)], ids=["default-plan", "split-4x3", "split-1x2"])
+# (WHOLE_ROW_EDGES, MAX_CHUNKS, resident warps or None for the device's). With 50 resident
+# warps a warp's fair share of the test graph's edges is 64: the fused plan keeps rows of up
+# to 64 edges whole and splits longer ones into chunks of 16, shorter than a whole row.
+@pytest.fixture(
+    params=[(1024, 1024, None), (4, 3, None), (1, 2, None), (8, 1024, 50)],
+    ids=["default-plan", "split-4x3", "split-1x2", "fused-short-chunks"],
+)
 def plan_limits(request, monkeypatch):
-    whole, chunks = request.param
+    whole, chunks, resident_warps = request.param
     monkeypatch.setattr(plan, "WHOLE_ROW_EDGES", whole)
     monkeypatch.setattr(plan, "FUSED_WHOLE_ROW_EDGES", min(whole, plan.FUSED_WHOLE_ROW_EDGES))
     monkeypatch.setattr(plan, "MAX_CHUNKS", chunks)
+    if resident_warps is not None:
+        monkeypatch.setattr(plan, "_resident_warps", lambda device_id: resident_warps)
     return request.param
 
 
