@@ -171,7 +171,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
 // dot product of two rows is each lane's W terms summed in order, then summed over the
 // head's S lanes by an xor butterfly (every lane gets the same, order-fixed sum). SPAN_EDGES
 // edges per group are loaded before any is used, so each warp has G * SPAN_EDGES gathers in
-// flight. Float16 rows load 16 bytes at a time (VEC = 8) where aligned. Stages:
+// flight; they wait for their turn as loaded (Packed: float16 two elements to a register) and
+// are converted once, when used. Float16 rows load 16 bytes at a time (VEC = 8) where aligned.
+// Stages:
 //   forward  (rows)      online softmax of the scores, out = sum p * v[col] and the row lse
 //   grad     (rows)      row_dot[row] = <grad_out[row], out[row]> (stored for the sources),
 //                        ds = p * (<grad_out[row], v[col]> - row_dot[row]); grad_q (dot:
@@ -207,6 +209,21 @@ __device__ __forceinline__ void span_load(const scalar_t* X, i64 node, int H, in
 #pragma unroll
             for (int i = 0; i < VEC; ++i) x[v * VEC + i] = 0;
         }
+    }
+}
+
+// span_load into packed storage (zeros past the width and for lanes of no head): an edge's
+// gathered rows wait in registers for the edge's turn, converted where used.
+template <int VEC, int NV>
+__device__ __forceinline__ void span_gather(const scalar_t* X, i64 node, int H, int h, int r, int width, bool on,
+                                            Packed<VEC * NV>& x) {
+    constexpr int W = VEC * NV;
+    const scalar_t* p = X + (node * H + h) * width + r * W;
+#pragma unroll
+    for (int k = 0; k < Packed<W>::WORDS; ++k) x.w[k] = 0;
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+        if (on && r * W + v * VEC < width) load_packed<VEC>(p + v * VEC, x, v * VEC);
     }
 }
 
@@ -349,8 +366,10 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
     for (i64 e0 = item.begin; e0 < item.end; e0 += (i64)G * SPAN_EDGES) {
         bool valid[SPAN_EDGES];
         i64 cols[SPAN_EDGES], edge_ids[SPAN_EDGES];
-        acc_t xd[SPAN_EDGES][W], xf[SPAN_EDGES][W], terms[SPAN_EDGES], dst_lse[SPAN_EDGES], dst_row_dot[SPAN_EDGES];
-        acc_t xe[SPAN_EDGES][W], edge_term[SPAN_EDGES];  // EDGE: the edge's row (dot) or score term (gat)
+        Packed<W> xd[SPAN_EDGES], xf[SPAN_EDGES];
+        Packed<W> xe[SPAN_EDGES];  // EDGE && DOT: the edge's row
+        acc_t terms[SPAN_EDGES], dst_lse[SPAN_EDGES], dst_row_dot[SPAN_EDGES];
+        acc_t edge_term[SPAN_EDGES];  // EDGE && !DOT: the edge's score term
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
             const i64 e = e0 + g + (i64)G * u;  // group g's u-th edge of this iteration
@@ -362,8 +381,8 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
             const bool load = on && valid[u];
-            if (GATHER_D) span_load<VEC, NV>(gather_d, cols[u], H, h, r, D, load, xd[u]);
-            span_load<VEC, NV>(gather_f, cols[u], H, h, r, F, load, xf[u]);
+            if (GATHER_D) span_gather<VEC, NV>(gather_d, cols[u], H, h, r, D, load, xd[u]);
+            span_gather<VEC, NV>(gather_f, cols[u], H, h, r, F, load, xf[u]);
             terms[u] = KIND == SCORE_GAT && load ? load_scalar((STAGE == SPAN_SOURCES ? a : b) + cols[u] * H + h)
                                                  : (acc_t)0;
             if (GIVEN) terms[u] = load ? load_scalar(a + edge_ids[u] * H + h) : (acc_t)0;  // the edge's score
@@ -371,28 +390,33 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                 dst_lse[u] = load ? lse[cols[u] * H + h] : (acc_t)0;
                 dst_row_dot[u] = load ? row_dot[cols[u] * H + h] : (acc_t)0;
             }
-            if (EDGE && DOT) span_load<VEC, NV>(edge, edge_ids[u], H, h, r, D, load, xe[u]);
+            if (EDGE && DOT) span_gather<VEC, NV>(edge, edge_ids[u], H, h, r, D, load, xe[u]);
             if (EDGE && !DOT) edge_term[u] = load ? load_scalar(edge + edge_ids[u] * H + h) : (acc_t)0;
-            // Over the rows the edge's row joins the gathered k and v: k[src] + e, v[src] + e.
-            if (EDGE && DOT && STAGE != SPAN_SOURCES) {
-#pragma unroll
-                for (int i = 0; i < W; ++i) {
-                    xd[u][i] += xe[u][i];
-                    xf[u][i] += xe[u][i];
-                }
-            }
         }
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
+            // Edge u's gathered rows, converted once, at their turn; over the rows the edge's
+            // row joins k and v (k[src] + e, v[src] + e).
+            acc_t gd[W], gf[W], ge[W];
+#pragma unroll
+            for (int i = 0; i < W; ++i) {
+                ge[i] = EDGE && DOT ? xe[u][i] : (acc_t)0;
+                gd[i] = GATHER_D ? xd[u][i] : (acc_t)0;
+                gf[i] = xf[u][i];
+                if (EDGE && DOT && STAGE != SPAN_SOURCES) {
+                    gd[i] += ge[i];
+                    gf[i] += ge[i];
+                }
+            }
             acc_t score, dscore;
             if (DOT) {
                 // Over the sources the edge's row joins the item's own k[src] (and v[src] below).
                 acc_t part = 0;
                 if (EDGE && STAGE == SPAN_SOURCES) {
 #pragma unroll
-                    for (int i = 0; i < W; ++i) part += (own_d[i] + xe[u][i]) * xd[u][i];
+                    for (int i = 0; i < W; ++i) part += (own_d[i] + ge[i]) * gd[i];
                 } else {
-                    part = segment_dot<W>(own_d, xd[u]);
+                    part = segment_dot<W>(own_d, gd);
                 }
                 score = c * span_sum(part, S);
                 dscore = c;
@@ -401,7 +425,7 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                 // and own row over the sources; the derivative is per element (below).
                 acc_t part = 0;
 #pragma unroll
-                for (int i = 0; i < W; ++i) part += own_att[i] * leaky(own_d[i] + (GATHER_D ? xd[u][i] : xf[u][i]), c);
+                for (int i = 0; i < W; ++i) part += own_att[i] * leaky(own_d[i] + (GATHER_D ? gd[i] : gf[i]), c);
                 score = span_sum(part, S);
                 dscore = 1;
             } else if (GIVEN) {
@@ -419,16 +443,16 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                 acc_t p = score_weight(score, next.m);
                 acc_t factor = rescale(state.m, next.m);
 #pragma unroll
-                for (int i = 0; i < W; ++i) acc_f[i] = acc_f[i] * factor + p * xf[u][i];
+                for (int i = 0; i < W; ++i) acc_f[i] = acc_f[i] * factor + p * gf[i];
                 state = next;
             } else {
                 acc_t p = prob_from_lse(score, STAGE == SPAN_GRAD ? own_lse : dst_lse[u]);
                 acc_t part = 0;
                 if (EDGE && DOT && STAGE == SPAN_SOURCES) {
 #pragma unroll
-                    for (int i = 0; i < W; ++i) part += (own_f[i] + xe[u][i]) * xf[u][i];
+                    for (int i = 0; i < W; ++i) part += (own_f[i] + ge[i]) * gf[i];
                 } else {
-                    part = segment_dot<W>(own_f, xf[u]);
+                    part = segment_dot<W>(own_f, gf);
                 }
                 acc_t dp = span_sum(part, S);
                 if (!valid[u]) continue;  // after this slot's last shuffle
@@ -448,13 +472,13 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                 }
                 if (DOT) {
 #pragma unroll
-                    for (int i = 0; i < W; ++i) acc_d[i] += w1 * xd[u][i];
+                    for (int i = 0; i < W; ++i) acc_d[i] += w1 * gd[i];
                 } else if (V2) {
                     // grad of z: ds * att * leaky_relu'(z), the same for x_dst and x_src; the
                     // row pass also sums ds * leaky_relu(z) for att.
 #pragma unroll
                     for (int i = 0; i < W; ++i) {
-                        const acc_t z = own_d[i] + (GATHER_D ? xd[u][i] : xf[u][i]);
+                        const acc_t z = own_d[i] + (GATHER_D ? gd[i] : gf[i]);
                         acc_d[i] += w1 * own_att[i] * leaky_grad(z, c);
                         if (STAGE == SPAN_GRAD) acc_att[i] += w1 * leaky(z, c);
                     }
@@ -463,7 +487,7 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                 }
                 if (STAGE == SPAN_SOURCES) {
 #pragma unroll
-                    for (int i = 0; i < W; ++i) acc_f[i] += p * xf[u][i];
+                    for (int i = 0; i < W; ++i) acc_f[i] += p * gf[i];
                 }
             }
         }
@@ -564,9 +588,11 @@ __device__ __forceinline__ void attention_span(SPAN_ARGS) {
 // Blocks per multiprocessor that the compiler must fit (registers capped to match) for the
 // dot and gat kernels: the forward 4 (32 warps), the dot score's backward passes in float16 3;
 // others as many as their registers allow. Measured on an H200 (1M-node uniform and R-MAT
-// graphs, against no bound): the forward of float16 H = 8, F = 16 ran 0.73-0.89x the time,
-// the float16 dot backward 0.73-0.77x; capping the float32 H = 4, D = F = 64 dot backward
-// (96-110 registers, two blocks) to 3 or 4 blocks spilled and ran 1.09-1.48x slower.
+// graphs, against no bound, when gathered rows were held converted): the forward of float16
+// H = 8, F = 16 ran 0.73-0.89x the time, the float16 dot backward 0.73-0.77x; capping the
+// float32 H = 4, D = F = 64 dot backward (96-110 registers, two blocks) to 3 or 4 blocks
+// spilled and ran 1.09-1.48x slower. Held packed, the float16 span8x1 forward and grad fit
+// their caps without spills (ptxas, sm_90).
 __host__ __device__ constexpr int span_min_blocks(int stage, int kind) {
     return kind != SCORE_DOT && kind != SCORE_GAT ? 1
            : stage == SPAN_FORWARD                ? 4
