@@ -79,12 +79,6 @@ def _score_args(a, b, c, lse=None, grad_out=None, v=None, row_dot=None):
 # the warp, loads of at most 4 elements). Benchmarks switch both.
 SPAN_STAGES = {"forward", "grad", "sources"}
 SPAN_GROUP_STAGES = {"forward", "grad", "sources"}
-# Score kinds whose float16 forward takes no edge groups (a head's whole share of the warp,
-# 8-byte loads). Measured on an H200 at H=8, F=16 against edge groups of 16-byte loads: the
-# dot forward 0.82x (uniform graph) and 0.95x (R-MAT) the time, the gat forward 1.27x and
-# attention_aggregate's 1.13-1.21x (benchmarks/results/compare_c4830ba_forward_without_edge_groups_*).
-SPAN_UNGROUPED_FLOAT16_FORWARDS = {"dot"}
-
 
 # NV (vectors per lane) of the head-span kernels for each VEC (elements per load).
 SPAN_VECTORS = {1: (1, 2, 4), 4: (1, 2, 4), 8: (1, 2)}
@@ -157,16 +151,15 @@ def _over_head_chunks(run, chunk, inputs, outputs):
                 x[:, heads_of] = part_out[name]
 
 
-def span_for(stage, a, b, v, *others, edge=None, groups=True):
+def span_for(stage, a, b, v, *others, edge=None):
     """(S, VEC, NV) of the head-span kernel of ``stage`` for these arrays, or None where it
     does not run (see _span_shape; a stage left out of SPAN_STAGES). Edge data runs only
-    there: the callers split the heads first where the whole shape does not fit (_head_chunks).
-    groups=False: no edge groups, whatever SPAN_GROUP_STAGES says."""
+    there: the callers split the heads first where the whole shape does not fit (_head_chunks)."""
     if stage not in SPAN_STAGES and edge is None:
         return None
     depth = a.shape[2] if a.ndim == 3 else 0
     arrays = [x for x in (a, b, v, *others, edge) if x is not None and x.ndim == 3]
-    return _span_shape(v.shape[1], depth, v.shape[2], arrays, groups and stage in SPAN_GROUP_STAGES)
+    return _span_shape(v.shape[1], depth, v.shape[2], arrays, stage in SPAN_GROUP_STAGES)
 
 
 def _head_chunks(a, b, v, *others, edge, edge_name):
@@ -236,8 +229,7 @@ def _fused_forward(score, graph, a, b, c, values, out, lse, edge=None, edge_name
         run = partial(_fused_forward, score, graph, c=c, edge_name=edge_name)
         _over_head_chunks(run, chunk, dict(a=a, b=b, values=values, edge=edge), dict(out=out, lse=lse))
         return
-    groups = not (values.dtype.itemsize == 2 and score in SPAN_UNGROUPED_FLOAT16_FORWARDS)
-    shape = span_for("forward", a, b, values, out, edge=edge, groups=groups)
+    shape = span_for("forward", a, b, values, out, edge=edge)
     if shape is not None:
         run_span("forward", shape, score, graph, a, b, c, values, out, lse_out=lse, edge=edge)
         return
