@@ -76,7 +76,7 @@ def cases(rng, num_edges, num_dst, num_src):
     result.append(("attention_aggregate_backward H=8 F=16", partial(_call, "attention_aggregate_backward", s, v, go)))
     result.append(("spmm_backward H=8 F=16", partial(_call, "spmm_backward", s, v, go)))
     result.append(("sddmm H=8 D=16", partial(_call, "sddmm", *_many(rng, (Nd, 8, 16), (Ns, 8, 16)))))
-    for H, F, dt in ((8, 16, np.float32), (4, 64, np.float32), (8, 16, np.float16)):
+    for H, F, dt in ((8, 16, np.float32), (4, 64, np.float32), (8, 16, np.float16), (4, 64, np.float16)):
         shapes = (Nd, H, F), (Ns, H, F), (Ns, H, F), (Nd, H, F), (Nd, H), (Ns, H)
         q, k, v, go, a_dst, a_src = (_random(rng, *shape, dtype=dt) for shape in shapes)
         saved = {}
