@@ -32,7 +32,8 @@ def _index_array(name, array, on_gpu):
 
 
 def node_count(name, value):
-    """value as a node count (an int >= 0); TypeError for bool or non-integers, ValueError if negative."""
+    """value as a node count (an int >= 0 whose count + 1, the length of a CSR indptr over
+    those nodes, fits int64); TypeError for bool or non-integers, ValueError out of range."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an integer, got bool")
     try:
@@ -41,6 +42,8 @@ def node_count(name, value):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
+    if value >= np.iinfo(np.int64).max:
+        raise ValueError(f"{name} must be less than 2**63 - 1 (int64 node ids), got {value}")
     return value
 
 

@@ -123,6 +123,16 @@ def test_from_edge_index_src_beyond_num_src(xp):
         CSRGraph.from_edge_index(to_xp(xp, np.array([0, 4])), to_xp(xp, np.array([0, 1])), num_dst=2, num_src=3)
 
 
+@pytest.mark.parametrize("count", [2**63 - 1, 2**70])
+def test_node_counts_beyond_int64(xp, count):
+    """A node count whose CSR indptr (count + 1 entries) cannot be indexed in int64 is refused
+    when the graph is made, naming the argument, not later by an allocation."""
+    with pytest.raises(ValueError, match="num_src"):
+        _csr(xp, np.array([0, 1]), np.array([0]), count)
+    with pytest.raises(ValueError, match="num_dst"):
+        CSRGraph.from_edge_index(to_xp(xp, np.array([0])), to_xp(xp, np.array([0])), num_dst=count, num_src=1)
+
+
 def test_from_scipy_not_sparse(xp):
     with pytest.raises(TypeError, match="sparse"):
         CSRGraph.from_scipy(to_xp(xp, np.eye(3)))
