@@ -3,10 +3,14 @@
 - hypothesis settings (``HYP``, ``HYP_FEW``),
 - the CuPy backend probe (``cupy_or_reason``, through cupy_csrattn.backend.gpu_status) used
   by the ``xp`` fixture, and ``require_cupy``,
-- NaN-poisoned outputs, buffer identity, the case table as pytest params.
+- NaN-poisoned outputs, buffer identity, the case table as pytest params,
+- ``load_benchmark``: a script of benchmarks/ as a module.
 
 Tolerances, comparisons, array moves and random data live in cupy_csrattn.testing.
 """
+
+import importlib.util
+import pathlib
 
 import numpy as np
 import pytest
@@ -64,3 +68,12 @@ def poison(xp, shape, dtype):
 def case_params(*ops, where=None):
     """cupy_csrattn.testing.cases.cases(*ops, where=where) as pytest params named after the cases."""
     return [pytest.param(case, id=case.name) for case in cases(*ops, where=where)]
+
+
+def load_benchmark(name):
+    """The script benchmarks/<name>.py as a module (they import without CuPy)."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -2,7 +2,6 @@
 it shares with benchmarks/bench_gpu.py."""
 
 import dataclasses
-import importlib.util
 import io
 import json
 import os
@@ -13,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 import scipy
+from helpers import load_benchmark
 
 import cupy_csrattn as ca
 from cupy_csrattn import backend, cli, datasets
@@ -761,14 +761,6 @@ def test_format_table_and_json(tmp_path):
     assert bm.floor_text(records[0]) == ""
     path = bm.write_json(tmp_path / "sub" / "r.json", {"records": records})
     assert json.loads(path.read_text())["records"][1]["ms"] == 3.0
-
-
-def load_benchmark(name):
-    """The script benchmarks/<name>.py as a module (they import without CuPy)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_bench_gpu_script_keeps_its_cases_and_command_line():

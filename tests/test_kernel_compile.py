@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers import load_benchmark
 
 from cupy_csrattn.gpu import kernels, signatures
 
@@ -115,3 +116,32 @@ def test_arguments_are_packed_in_declared_order(name, dtype):
             assert got is value, f"{name}: {param.name} is not the array given"
         else:
             assert type(got) is kind and got == value, f"{name}: {param.name} packed as {got!r}"
+
+
+PTXAS_LOG = """ptxas info    : 55 bytes gmem
+ptxas info    : Compiling entry function 'first_kernel' for 'sm_90'
+ptxas info    : Function properties for first_kernel
+ptxas         .     40 bytes stack frame, 36 bytes spill stores, 72 bytes spill loads
+ptxas info    : Used 80 registers, used 0 barriers
+ptxas info    : Compile time = 66.038 ms
+ptxas info    : Compiling entry function 'second_kernel' for 'sm_90'
+ptxas info    : Function properties for second_kernel
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 64 registers, used 0 barriers
+"""
+
+
+def test_kernel_resources_parses_the_ptxas_report():
+    usage = load_benchmark("kernel_resources").parse(PTXAS_LOG)
+    assert usage == {
+        "first_kernel": dict(registers=80, stack=40, spill_stores=36, spill_loads=72),
+        "second_kernel": dict(registers=64, stack=0, spill_stores=0, spill_loads=0),
+    }
+
+
+def test_kernel_resources_reports_every_entry_point(nvrtc_ready):
+    """benchmarks/kernel_resources.py compiles the library's own source and reports each
+    entry point of the family (sddmm: the smallest file)."""
+    usage = load_benchmark("kernel_resources").resources("sddmm", "float32", "int32", "sm_90")
+    assert set(kernels.FAMILIES["sddmm"]) <= set(usage)
+    assert all(isinstance(u["registers"], int) and u["registers"] > 0 for u in usage.values())

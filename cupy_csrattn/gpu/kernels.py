@@ -219,15 +219,17 @@ def compile_family(family, dtypes=None, index_dtypes=None):
                 kernel(name, dtype, index_dtype)
 
 
-def compile_for_arch(family, dtype, index_dtype, arch):
+def compile_for_arch(family, dtype, index_dtype, arch, extra_options=()):
     """Compile one specialization to machine code for ``arch`` (e.g. "sm_90") with NVRTC, no GPU needed.
 
+    ``extra_options``: NVRTC options added to the library's own (e.g. "-Xptxas=-v", whose
+    report of each kernel's registers and spills then fills the log).
     Returns (log, cubin bytes); raises KernelCompileError on an error, RuntimeError when
     NVRTC cannot be loaded.
     """
     nvrtc = _nvrtc()
     program = nvrtc.createProgram(source(family, dtype, index_dtype), f"{family}.cu", [], [])
-    options = [f"-arch={arch}", *COMPILE_OPTIONS]
+    options = [f"-arch={arch}", *COMPILE_OPTIONS, *extra_options]
     try:
         nvrtc.compileProgram(program, options)
         return nvrtc.getProgramLog(program), nvrtc.getCUBIN(program)
