@@ -219,8 +219,7 @@ __device__ __forceinline__ void span_gather(const scalar_t* X, i64 node, int H, 
                                             Packed<VEC * NV>& x) {
     constexpr int W = VEC * NV;
     const scalar_t* p = X + (node * H + h) * width + r * W;
-#pragma unroll
-    for (int k = 0; k < Packed<W>::WORDS; ++k) x.w[k] = 0;
+    x.clear();
 #pragma unroll
     for (int v = 0; v < NV; ++v) {
         if (on && r * W + v * VEC < width) load_packed<VEC>(p + v * VEC, x, v * VEC);
@@ -316,6 +315,10 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
     // gatv2 over the rows gathers x_src once, for the score and the message (xf); over the
     // sources it gathers x_dst (xd) and grad_out (xf).
     constexpr bool GATHER_D = DOT || (V2 && STAGE == SPAN_SOURCES);
+    // Edge data over the rows: the edge's row joins k and v; float16 joins at the edge's turn
+    // (in the data type the sum would round), the others as soon as the rows are loaded.
+    constexpr bool JOIN = EDGE && DOT && STAGE != SPAN_SOURCES;
+    constexpr bool JOIN_AT_USE = sizeof(scalar_t) != sizeof(acc_t);
     static_assert(!(V2 && EDGE), "gatv2 takes no edge data");
     static_assert(!GIVEN || (STAGE == SPAN_FORWARD && !EDGE), "given scores: the forward only, no edge data");
     // Edges in flight per warp. Measured on an H200: four (where a lane's segment is short)
@@ -392,18 +395,28 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
             }
             if (EDGE && DOT) span_gather<VEC, NV>(edge, edge_ids[u], H, h, r, D, load, xe[u]);
             if (EDGE && !DOT) edge_term[u] = load ? load_scalar(edge + edge_ids[u] * H + h) : (acc_t)0;
+            // Over the rows the edge's row joins the gathered k and v (k[src] + e, v[src] + e):
+            // here where the data type holds the sum exactly (float32, float64), so that the
+            // edge's row is not held on; float16 joins at the edge's turn (below).
+            if (JOIN && !JOIN_AT_USE) {
+#pragma unroll
+                for (int i = 0; i < W; ++i) {
+                    xd[u].put(i, xd[u][i] + xe[u][i]);
+                    xf[u].put(i, xf[u][i] + xe[u][i]);
+                }
+            }
         }
 #pragma unroll
         for (int u = 0; u < SPAN_EDGES; ++u) {
-            // Edge u's gathered rows, converted once, at their turn; over the rows the edge's
-            // row joins k and v (k[src] + e, v[src] + e).
+            // Edge u's gathered rows, converted once, at their turn (float16: joined with the
+            // edge's row here).
             acc_t gd[W], gf[W], ge[W];
 #pragma unroll
             for (int i = 0; i < W; ++i) {
                 ge[i] = EDGE && DOT ? xe[u][i] : (acc_t)0;
                 gd[i] = GATHER_D ? xd[u][i] : (acc_t)0;
                 gf[i] = xf[u][i];
-                if (EDGE && DOT && STAGE != SPAN_SOURCES) {
+                if (JOIN && JOIN_AT_USE) {
                     gd[i] += ge[i];
                     gf[i] += ge[i];
                 }

@@ -148,26 +148,45 @@ __device__ __forceinline__ acc_t prob_from_state(acc_t score, SoftmaxState s) {
     return exp_acc(score - s.m) / s.l;
 }
 
-// N elements as loaded, not yet converted to acc_t, in 32-bit words: float16 two to a word,
-// so that rows held across loads take half the registers of acc_t copies. x[i] converts
-// element i (i a constant once unrolled: a register read and at most a shift and a cvt).
+// N elements of rows held in registers from their load to their use. float16 keeps them as
+// loaded, two to a 32-bit word (half the registers of acc_t copies), and x[i] converts
+// element i (i a constant once unrolled: a register read, at most a shift and a cvt); the
+// other types hold acc_t values, as loaded.
+#if CSR_DTYPE == 2
 template <int N>
 struct Packed {
-    static constexpr int WORDS = (N * (int)sizeof(scalar_t) + 3) / 4;
+    static constexpr int WORDS = (N + 1) / 2;
     unsigned int w[WORDS];
-    __device__ __forceinline__ void set(int k, unsigned int bits) {
-        if (k < WORDS) w[k] = bits;  // k is a constant: out of range only in branches never taken
+    __device__ __forceinline__ void clear() {
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) w[k] = 0;
     }
     __device__ __forceinline__ acc_t operator[](int i) const {
-#if CSR_DTYPE == 0
-        return __uint_as_float(w[i]);
-#elif CSR_DTYPE == 1
-        return __hiloint2double((int)w[2 * i + 1], (int)w[2 * i]);
-#else
         return to_acc((unsigned short)(w[i / 2] >> (16 * (i % 2))));
-#endif
+    }
+    // Stores value as element i, rounded to float16.
+    __device__ __forceinline__ void put(int i, acc_t value) {
+        unsigned short bits;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
+        const int shift = 16 * (i % 2);
+        w[i / 2] = (w[i / 2] & ~(0xffffu << shift)) | ((unsigned int)bits << shift);
+    }
+    __device__ __forceinline__ void set_word(int k, unsigned int bits) {
+        if (k < WORDS) w[k] = bits;  // k is a constant: out of range only in branches never taken
     }
 };
+#else
+template <int N>
+struct Packed {
+    acc_t v[N];
+    __device__ __forceinline__ void clear() {
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = 0;
+    }
+    __device__ __forceinline__ acc_t operator[](int i) const { return v[i]; }
+    __device__ __forceinline__ void put(int i, acc_t value) { v[i] = value; }
+};
+#endif
 
 // Loads VEC consecutive elements (VEC * sizeof(scalar_t) bytes, aligned by the launcher) into
 // elements [at, at + VEC) of x (at a multiple of VEC; float16 with VEC = 1 fills half a word,
@@ -175,33 +194,51 @@ struct Packed {
 template <int VEC, int N>
 __device__ __forceinline__ void load_packed(const scalar_t* p, Packed<N>& x, int at) {
     constexpr int BYTES = VEC * (int)sizeof(scalar_t);
-    const int word = at * (int)sizeof(scalar_t) / 4;
+#if CSR_DTYPE == 2
+    const int word = at / 2;
     if (BYTES % 16 == 0) {
 #pragma unroll
         for (int i = 0; i < BYTES / 16; ++i) {
             const int4 q = __ldg(reinterpret_cast<const int4*>(p) + i);
-            x.set(word + 4 * i, q.x);
-            x.set(word + 4 * i + 1, q.y);
-            x.set(word + 4 * i + 2, q.z);
-            x.set(word + 4 * i + 3, q.w);
+            x.set_word(word + 4 * i, q.x);
+            x.set_word(word + 4 * i + 1, q.y);
+            x.set_word(word + 4 * i + 2, q.z);
+            x.set_word(word + 4 * i + 3, q.w);
         }
     } else if (BYTES == 8) {
         const int2 q = __ldg(reinterpret_cast<const int2*>(p));
-        x.set(word, q.x);
-        x.set(word + 1, q.y);
+        x.set_word(word, q.x);
+        x.set_word(word + 1, q.y);
     } else if (BYTES == 4) {
-        x.set(word, __ldg(reinterpret_cast<const int*>(p)));
-    } else {  // float16, VEC = 1: half a word
-        x.set(word, x.w[word % Packed<N>::WORDS] | (unsigned int)__ldg(p) << (16 * (at % 2)));
+        x.set_word(word, __ldg(reinterpret_cast<const int*>(p)));
+    } else {  // VEC = 1: half a word
+        x.set_word(word, x.w[word % Packed<N>::WORDS] | (unsigned int)__ldg(p) << (16 * (at % 2)));
     }
+#else
+    union {
+        scalar_t s[VEC];
+        int4 q4[BYTES >= 16 ? BYTES / 16 : 1];
+        int2 q2[BYTES >= 8 ? BYTES / 8 : 1];
+        int q1[BYTES >= 4 ? BYTES / 4 : 1];
+    } u;
+    if (BYTES % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < BYTES / 16; ++i) u.q4[i] = __ldg(reinterpret_cast<const int4*>(p) + i);
+    } else if (BYTES == 8) {
+        u.q2[0] = __ldg(reinterpret_cast<const int2*>(p));
+    } else {
+        u.q1[0] = __ldg(reinterpret_cast<const int*>(p));
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) x.put(at + i, u.s[i]);
+#endif
 }
 
 // Loads VEC consecutive elements (as load_packed) and converts them.
 template <int VEC>
 __device__ __forceinline__ void load_vec(const scalar_t* p, acc_t* v) {
     Packed<VEC> x;
-#pragma unroll
-    for (int k = 0; k < Packed<VEC>::WORDS; ++k) x.w[k] = 0;
+    x.clear();
     load_packed<VEC>(p, x, 0);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) v[i] = x[i];
