@@ -110,6 +110,23 @@ def test_replay_follows_the_arguments(cupy):
     assert _replay_records(graph)
 
 
+def test_ops_sharing_a_description_replay_their_own_work(cupy):
+    """Every case's op called in turn on one graph, three rounds: ops whose arguments have
+    the same description (spmm and attention_aggregate take the same arrays) each replay
+    their own recorded work."""
+    graph_data = odd_sizes()
+    graph = make_graph(cupy, graph_data)
+    rng = np.random.default_rng(7)
+    calls = [(str(case), OPS[case.op].function, *to_xp(cupy, case.make(rng, graph_data, 3, 4, np.float32))) for case in CASES]
+    scores = rng.standard_normal((len(graph_data.indices), 3)).astype(np.float32)
+    values = rng.standard_normal((graph_data.num_src, 3, 4)).astype(np.float32)
+    calls += [(op, OPS[op].function, to_xp(cupy, (scores, values)), {}) for op in ("spmm", "attention_aggregate")]
+    for _ in range(3):
+        for name, public, args, kwargs in calls:
+            _assert_same(public(graph, *args, **kwargs), public.__wrapped__(graph, *args, **kwargs), name)
+    assert _replay_records(graph)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_cuda_graph_capture(cupy, case, dtype):

@@ -145,6 +145,31 @@ def test_the_same_array_twice_takes_the_full_path(public):
     assert len(FULL_CALLS) == 3 and "replay records" not in graph.cache
 
 
+def scaled_minus_table(graph, x, *, scale=2.0, out=None):
+    """A second stand-in op whose arguments have scaled_plus_table's description."""
+    FULL_CALLS.append(1)
+    out = FakeArray(x.shape, x.dtype)
+    if replay.recording():
+        replay.note_allocation(out)
+    args = (x, TABLE, out, np.float32(-scale))
+    KERNEL((1,), (32,), args)
+    if replay.recording():
+        replay.note_launch(KERNEL, (1,), (32,), args)
+    return out
+
+
+def test_ops_with_one_description_keep_their_own_records(public):
+    """Two ops called alternately with arguments of one description: each replays its own work."""
+    other = replay.replayed(scaled_minus_table)
+    graph = FakeGraph()
+    for seed in range(4):
+        x = _x(seed)
+        np.testing.assert_array_equal(public(graph, x).values, np.float32(2.0) * x.values + TABLE.values)
+        np.testing.assert_array_equal(other(graph, x).values, np.float32(-2.0) * x.values + TABLE.values)
+    assert len(FULL_CALLS) == 4  # two full calls of each op, then replays
+    assert [type(r) for r in graph.cache["replay records"].values()] == [replay.Replay, replay.Replay]
+
+
 def test_a_recording_belongs_to_its_thread():
     """Work reported by another thread while one records never enters its record."""
     inside, done = threading.Event(), threading.Event()

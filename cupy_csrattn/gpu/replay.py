@@ -1,8 +1,8 @@
 """Replay: an op call on the GPU that repeats an earlier one costs its launches, little more.
 
 A GPU call of an op on a given CSRGraph does the same work every time its arguments have
-the same description: the types, dtypes, shapes, strides and alignments of the arrays, the
-values of the scalars, the current device. Once validated and run, such a call is recorded:
+the same description: the op, the types, dtypes, shapes, strides and alignments of the
+arrays, the values of the scalars, the current device. Once validated and run, such a call is recorded:
 the kernels it launched (grids, argument tuples) and the arrays it allocated (outputs and
 scratch). A later call with the same description skips validation, placement and the
 launchers' choices: it allocates fresh arrays of the recorded shapes, puts the caller's
@@ -89,9 +89,11 @@ def other_work(reason):
         current.reason = reason
 
 
-def _describe(args, kwargs):
-    """(key, arrays) of a call, or (None, None) when it is not recordable: the key names
-    everything the call's work depends on; arrays are the caller's, in argument order."""
+def _describe(function, args, kwargs):
+    """(key, arrays) of a call of ``function``, or (None, None) when it is not recordable: the
+    key names everything the call's work depends on, the op first (two ops may take arguments
+    of one description: spmm and attention_aggregate both take (E, H) and (N, H, F) arrays);
+    arrays are the caller's, in argument order."""
     cupy = backend.cupy
     parts, arrays, pointers = [], [], set()
     for value in (*args[1:], *kwargs.values()):
@@ -109,7 +111,7 @@ def _describe(args, kwargs):
             return None, None
     if not arrays:  # a call with no CuPy array does not run on the GPU
         return None, None
-    return (tuple(kwargs), cupy.cuda.runtime.getDevice(), *parts), arrays
+    return (function, tuple(kwargs), cupy.cuda.runtime.getDevice(), *parts), arrays
 
 
 def _source(array, arrays, allocations):
@@ -219,7 +221,7 @@ def replayed(function):
         graph = args[0] if args else None
         if not ENABLED or backend.cupy is None or not hasattr(graph, "cached") or recording():
             return function(*args, **kwargs)
-        key, arrays = _describe(args, kwargs)
+        key, arrays = _describe(function, args, kwargs)
         if key is None:
             return function(*args, **kwargs)
         records = _records(graph)
