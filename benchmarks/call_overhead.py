@@ -3,9 +3,11 @@
 Run on a machine with a GPU, from the repository root:
     PYTHONPATH=. python3 benchmarks/call_overhead.py [results.json] [--profile]
 For each case of compare_trees.cases on a 384-row graph whose plan exists: host time per
-call (CALLS calls issued back to back, one sync at the end), synced time per call (median of
-calls each followed by a sync), the number of kernel launches a call makes, and the same
-two times for one call captured in a CUDA graph and launched. --profile
+call (the cost of issuing it: short batches of calls, each started with the GPU idle and
+timed until its last call returns), time per call back to back (calls issued back to back,
+one sync at the end: the host's cost or the GPU's, whichever is larger), synced time per
+call (median of calls each followed by a sync), the number of kernel launches a call makes,
+and the same three times for one call captured in a CUDA graph and launched. --profile
 prints where the host time of each case goes (cProfile, top functions by own time).
 """
 
@@ -26,14 +28,19 @@ import cupy_csrattn.datasets
 from cupy_csrattn.bench import timing
 from cupy_csrattn.gpu import kernels, replay
 
-CALLS, SYNCED = 2000, 200
+BACK_TO_BACK, SYNCED = 2000, 200
 
 EMPTY = cupy.RawKernel('extern "C" __global__ void empty_kernel(float* x, int n) {}', "empty_kernel")
 
 
 def host_time(fn):
-    """Host seconds per call, calls issued back to back (the GPU runs behind)."""
-    return timing.time_host_call(fn, repeat=CALLS) * 1e-6
+    """Host seconds to issue one call (the GPU's queue never fills)."""
+    return timing.time_host_call(fn) * 1e-6
+
+
+def back_to_back_time(fn):
+    """Seconds per call issued back to back, one sync at the end."""
+    return timing.time_back_to_back(fn, repeat=BACK_TO_BACK) * 1e-6
 
 
 def synced_time(fn, calls=SYNCED):
@@ -59,13 +66,14 @@ def captured(fn):
 
 
 def launches_per_call(fn):
-    """Kernel launches of one call (made in full: a replayed call launches the same kernels)."""
+    """Kernel launches of one call (made in full: a replayed call launches the same kernels);
+    a launch of an empty grid launches nothing and is not counted."""
     count = [0]
     original = kernels.launch
 
-    def counting(*args, **kwargs):
-        count[0] += 1
-        return original(*args, **kwargs)
+    def counting(name, dtype, index_dtype, grid, **arguments):
+        count[0] += grid[0] != 0
+        return original(name, dtype, index_dtype, grid, **arguments)
 
     kernels.launch = counting
     replay.ENABLED = False
@@ -87,28 +95,40 @@ def main(out_path=None, profile=False):
     graph = cupy_csrattn.CSRGraph(cupy.asarray(g.indptr), cupy.asarray(g.indices), g.num_src)
     x = cupy.zeros(16, cupy.float32)
     bare = partial(EMPTY, (1,), (32,), (x, np.int32(16)))
-    bare_host, bare_synced = host_time(bare), synced_time(bare)
-    print(f"bare RawKernel launch: host {bare_host * 1e6:6.2f} us, synced {bare_synced * 1e6:6.2f} us")
-    records = dict(bare_host_us=bare_host * 1e6, bare_synced_us=bare_synced * 1e6, cases=[])
+    bare_host, bare_back, bare_synced = host_time(bare), back_to_back_time(bare), synced_time(bare)
+    print(
+        f"bare RawKernel launch: host {bare_host * 1e6:6.2f} us, back to back {bare_back * 1e6:6.2f} us,"
+        f" synced {bare_synced * 1e6:6.2f} us"
+    )
+    records = dict(
+        bare_host_us=bare_host * 1e6, bare_back_to_back_us=bare_back * 1e6, bare_synced_us=bare_synced * 1e6, cases=[]
+    )
     for name, fn in cases(np.random.default_rng(0), graph.num_edges, graph.num_dst, graph.num_src):
         call = partial(fn, package=cupy_csrattn, graph=graph)
         call()  # plan, transpose, compilation
-        host, synced, count = host_time(call), synced_time(call), launches_per_call(call)
+        host, back, synced, count = host_time(call), back_to_back_time(call), synced_time(call), launches_per_call(call)
         graph_launch = captured(call)
-        graph_host, graph_synced = host_time(graph_launch), synced_time(graph_launch)
+        graph_host, graph_back, graph_synced = (
+            host_time(graph_launch),
+            back_to_back_time(graph_launch),
+            synced_time(graph_launch),
+        )
         records["cases"].append(
             dict(
                 case=name,
                 host_us=host * 1e6,
+                back_to_back_us=back * 1e6,
                 synced_us=synced * 1e6,
                 launches=count,
                 cuda_graph_host_us=graph_host * 1e6,
+                cuda_graph_back_to_back_us=graph_back * 1e6,
                 cuda_graph_synced_us=graph_synced * 1e6,
             )
         )
         print(
-            f"{name:<42} host {host * 1e6:7.2f} us ({host / bare_host:5.1f}x bare)  synced {synced * 1e6:7.2f} us"
-            f"  launches {count}  CUDA graph: host {graph_host * 1e6:6.2f} us, synced {graph_synced * 1e6:6.2f} us",
+            f"{name:<42} host {host * 1e6:6.2f} us ({host / bare_host:4.1f}x bare)  back to back {back * 1e6:6.2f} us"
+            f"  synced {synced * 1e6:6.2f} us  launches {count}  CUDA graph: host {graph_host * 1e6:6.2f} us,"
+            f" back to back {graph_back * 1e6:6.2f} us, synced {graph_synced * 1e6:6.2f} us",
             flush=True,
         )
         if profile:

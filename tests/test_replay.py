@@ -117,7 +117,9 @@ def test_ops_sharing_a_description_replay_their_own_work(cupy):
     graph_data = odd_sizes()
     graph = make_graph(cupy, graph_data)
     rng = np.random.default_rng(7)
-    calls = [(str(case), OPS[case.op].function, *to_xp(cupy, case.make(rng, graph_data, 3, 4, np.float32))) for case in CASES]
+    calls = [
+        (str(case), OPS[case.op].function, *to_xp(cupy, case.make(rng, graph_data, 3, 4, np.float32))) for case in CASES
+    ]
     scores = rng.standard_normal((len(graph_data.indices), 3)).astype(np.float32)
     values = rng.standard_normal((graph_data.num_src, 3, 4)).astype(np.float32)
     calls += [(op, OPS[op].function, to_xp(cupy, (scores, values)), {}) for op in ("spmm", "attention_aggregate")]
