@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cupy_csrattn import backend
-from cupy_csrattn.gpu import replay
+from cupy_csrattn.gpu import cuda_graph, replay
 
 pytest.importorskip("cupy.cuda.function", reason="replays hold CuPy's kernel-argument pointers")
 
@@ -62,6 +62,8 @@ def _float(value):
 class FakeKernel:
     """out = scale * x + table (table: the graph's own data), over argument lists."""
 
+    ptr = 1  # its CUfunction handle, for FakeDriver
+
     def __init__(self):
         self.kernel = self  # the CUDA function a replay launches
 
@@ -100,10 +102,21 @@ class FakeGraph:
         return self.cache[key]
 
 
+class FakeStream:
+    ptr = 0
+
+    @staticmethod
+    def is_capturing():
+        return False
+
+
 @pytest.fixture
 def public(monkeypatch):
-    fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: 0)))
+    runtime = SimpleNamespace(getDevice=lambda: 0)
+    fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=SimpleNamespace(runtime=runtime, get_current_stream=FakeStream))
     monkeypatch.setattr(backend, "cupy", fake_cupy)
+    monkeypatch.setattr(replay, "_driver_api", SimpleNamespace(ctxGetCurrent=lambda: 1))
+    monkeypatch.setattr(cuda_graph, "driver", lambda: None)  # kernel by kernel unless a test sets a driver
     FULL_CALLS.clear()
     return replay.replayed(scaled_plus_table)
 
@@ -190,3 +203,100 @@ def test_a_recording_belongs_to_its_thread():
     worker.join()
     assert seen == {"recording": False} and collected.reason is None
     assert not replay.recording()
+
+
+class FakeDriver:
+    """The CUDA driver functions of a KernelGraph, in Python: setting a node's parameters
+    copies the values its slots hold, and a graph launch runs each node's kernel (by its
+    function handle) on copies of those values, in node order."""
+
+    KERNELS = {FakeKernel.ptr: KERNEL}
+
+    def __init__(self, refuse_launch=False):
+        self.nodes, self.values, self.graph_launches = [], {}, 0
+        self.refuse_launch = refuse_launch
+
+    def functions(self):
+        return {
+            "GraphCreate": lambda graph, flags: self._handle(graph, 1),
+            "GraphAddKernelNode": self._add,
+            "GraphInstantiateWithFlags": lambda executable, graph, flags: self._handle(executable, 2),
+            "GraphExecKernelNodeSetParams": self._set,
+            "GraphLaunch": self._launch,
+            "GraphExecDestroy": lambda executable: 0,
+            "GraphDestroy": lambda graph: 0,
+        }
+
+    @staticmethod
+    def _handle(reference, value):
+        reference._obj.value = value
+        return 0
+
+    def _add(self, node, graph, dependencies, count, params):
+        assert count == (1 if self.nodes else 0), "each node follows the one before"
+        self.nodes.append(params._obj)
+        return self._handle(node, len(self.nodes))
+
+    def _set(self, executable, node, params):
+        pointers = (ctypes.c_void_p * 4).from_address(params._obj.kernelParams)
+        self.values[node.value] = [ctypes.c_uint64.from_address(p).value for p in pointers]
+        return 0
+
+    def _launch(self, executable, stream):
+        if self.refuse_launch:
+            return 1
+        self.graph_launches += 1
+        for index, params in enumerate(self.nodes, 1):
+            held = [ctypes.c_uint64(v) for v in self.values[index]]
+            args = [SimpleNamespace(ptr=ctypes.addressof(v)) for v in held]
+            self.KERNELS[params.func]((params.gridDimX,), (params.blockDimX,), args)
+        return 0
+
+
+def twice_scaled(graph, x, *, scale=2.0):
+    """A stand-in op of two kernels: mid = scale * x + table, out = scale * mid + table."""
+    FULL_CALLS.append(1)
+    mid, out = FakeArray(x.shape, x.dtype), FakeArray(x.shape, x.dtype)
+    if replay.recording():
+        replay.note_allocation(mid)
+        replay.note_allocation(out)
+    for args in ((x, TABLE, mid, np.float32(scale)), (mid, TABLE, out, np.float32(scale))):
+        KERNEL((1,), (32,), args)
+        if replay.recording():
+            replay.note_launch(KERNEL, (1,), (32,), args)
+    return out
+
+
+@pytest.mark.parametrize("refuse_launch", [False, True])
+def test_records_of_several_kernels_launch_as_one_graph(public, monkeypatch, refuse_launch):
+    """A record of two kernels replays as one graph launch with each call's arrays in its
+    slots; where the driver refuses the launch, the call (and later ones) launch kernel by
+    kernel."""
+    fake = FakeDriver(refuse_launch)
+    monkeypatch.setattr(cuda_graph, "driver", fake.functions)
+    op, graph = replay.replayed(twice_scaled), FakeGraph()
+    for seed in range(5):
+        x = _x(seed)
+        want = np.float32(2.0) * (np.float32(2.0) * x.values + TABLE.values) + TABLE.values
+        np.testing.assert_array_equal(op(graph, x).values, want)
+    assert len(FULL_CALLS) == 2
+    (record,) = graph.cache["replay records"].values()
+    assert fake.graph_launches == (0 if refuse_launch else 3)
+    assert (record._graph is None) == refuse_launch
+
+
+def test_a_single_kernel_launches_directly(public, monkeypatch):
+    fake = FakeDriver()
+    monkeypatch.setattr(cuda_graph, "driver", fake.functions)
+    graph = FakeGraph()
+    for seed in range(4):
+        public(graph, _x(seed))
+    (record,) = graph.cache["replay records"].values()
+    assert record._graph is None and fake.graph_launches == 0 and not fake.nodes
+
+
+def test_slot_values_hold_scalars_in_their_low_bytes():
+    assert cuda_graph.slot_value(np.int32(-1)) == 0xFFFFFFFF
+    assert cuda_graph.slot_value(np.uint64(2**63 + 5)) == 2**63 + 5
+    assert ctypes.c_float.from_buffer(ctypes.c_uint64(cuda_graph.slot_value(np.float32(1.5)))).value == 1.5
+    assert ctypes.c_double.from_buffer(ctypes.c_uint64(cuda_graph.slot_value(np.float64(-2.25)))).value == -2.25

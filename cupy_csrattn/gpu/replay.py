@@ -28,12 +28,14 @@ from typing import NamedTuple
 import numpy as np
 
 from cupy_csrattn import backend
+from cupy_csrattn.gpu import cuda_graph
 
 try:  # CuPy's kernel-argument pointers: an address, and a value held in a NumPy array
     from cupy.cuda.function import CIntptr as _ADDRESS
     from cupy.cuda.function import CNumpyArray as _BY_VALUE
+    from cupy_backends.cuda.api import driver as _driver_api
 except ImportError:  # pragma: no cover - without CuPy nothing is replayed
-    _ADDRESS = _BY_VALUE = None
+    _ADDRESS = _BY_VALUE = _driver_api = None
 
 ENABLED = True  # tests switch replay off to compare with the full path
 MAX_RECORDS_PER_GRAPH = 256
@@ -144,9 +146,12 @@ class _Slot(NamedTuple):
 class Replay:
     """The recorded work of one call, repeated with a later call's arrays.
 
-    Launches go straight to each kernel's CUDA function with argument lists converted once:
-    the graph's arrays and the scalars as CuPy's kernel-argument pointers (what a launch
-    would build from them on every call), the call's own arrays filled in per call.
+    A record of several kernels launches them as one CUDA graph (gpu/cuda_graph.py) whose
+    arguments are set per call: one launch's host cost for all of them. Otherwise (one
+    kernel, no driver library, a stream being captured, no current context) launches go
+    straight to each kernel's CUDA function with argument lists converted once: the graph's
+    arrays and the scalars as CuPy's kernel-argument pointers (what a launch would build
+    from them on every call). Either way the call's own arrays are filled in per call.
     """
 
     def __init__(self, collected, arrays, result):
@@ -154,8 +159,9 @@ class Replay:
         self.allocations = [(a.shape, a.dtype) for a in collected.allocations]
         self.launches = []
         self._graph_arrays = []  # keeps the arrays whose addresses the lists hold alive
+        graph_launches = []
         for kernel, grid, block, args in collected.launches:
-            template, slots = [], []
+            template, slots, values = [], [], []
             for position, value in enumerate(args):
                 if type(value) is cupy.ndarray:
                     source = _source(value, arrays, collected.allocations)
@@ -164,15 +170,22 @@ class Replay:
                     if source is None:  # the graph's own data, the same in every call
                         self._graph_arrays.append(value)
                         template.append(_ADDRESS(value.data.ptr))
+                        values.append(value.data.ptr)
                         continue
                     slots.append((position, *source))
                     template.append(None)
+                    values.append(0)
                 elif isinstance(value, np.generic):
                     template.append(_BY_VALUE(np.asarray(value)))
+                    values.append(cuda_graph.slot_value(value))
                 else:
                     raise _NotReplayable(f"a kernel argument of type {type(value).__name__}")
-            self.launches.append((kernel.kernel, (*grid, 1, 1)[:3], (*block, 1, 1)[:3], template, slots))
+            grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+            self.launches.append((kernel.kernel, grid, block, template, slots))
+            graph_launches.append((kernel.kernel.ptr, grid, block, values))
         self.result = self._template(result, arrays, collected.allocations)
+        self._graph = _kernel_graph(graph_launches)
+        self._graph_lock = threading.Lock()  # a graph's argument slots serve one call at a time
 
     @staticmethod
     def _template(result, arrays, allocations):
@@ -189,14 +202,40 @@ class Replay:
         raise _NotReplayable("a result is neither an argument nor an allocation")
 
     def __call__(self, arrays):
-        ndarray = backend.cupy.ndarray
-        new = [ndarray(shape, dtype) for shape, dtype in self.allocations]
+        cupy = backend.cupy
+        new = [cupy.ndarray(shape, dtype) for shape, dtype in self.allocations]
+        graph = self._graph
+        if graph is not None:
+            stream = cupy.cuda.get_current_stream()
+            if not stream.is_capturing() and _driver_api.ctxGetCurrent():
+                with self._graph_lock:
+                    for values, (_, _, _, _, slots) in zip(graph.arguments, self.launches):
+                        for position, source, index, offset in slots:
+                            values[position] = (arrays[index] if source == _IN else new[index]).data.ptr + offset
+                    if graph.launch(stream.ptr):
+                        return _build(self.result, arrays, new)
+                self._graph = None  # refused by the driver: kernel by kernel from now on
         for function, grid, block, template, slots in self.launches:
             args = template.copy()
             for position, source, index, offset in slots:
                 args[position] = _ADDRESS((arrays[index] if source == _IN else new[index]).data.ptr + offset)
             function(grid, block, args)
         return _build(self.result, arrays, new)
+
+
+# Records of fewer kernels launch them directly: a graph costs a launch of its own.
+GRAPH_MIN_LAUNCHES = 2
+
+
+def _kernel_graph(launches):
+    """A KernelGraph of ``launches`` where it pays and the driver builds it, else None."""
+    functions = cuda_graph.driver()
+    if functions is None or len(launches) < GRAPH_MIN_LAUNCHES:
+        return None
+    try:
+        return cuda_graph.KernelGraph(functions, launches)
+    except cuda_graph.GraphError:
+        return None
 
 
 def _build(template, arrays, new):

@@ -1,0 +1,131 @@
+"""A fixed sequence of kernel launches as one CUDA graph whose kernel arguments change from
+launch to launch, through the CUDA driver API (ctypes): a replay (gpu/replay.py) issues a
+call's kernels with one graph launch instead of one launch per kernel.
+
+Each kernel node holds its arguments in 8-byte slots of its own (a pointer, or a scalar in
+its low bytes). A launch hands every node its slots (cuGraphExecKernelNodeSetParams copies
+them; the change affects only later launches of the graph) and launches the graph on a
+stream. CUDA orders a graph's launch after its previous launch, on any stream.
+
+``driver()`` is None where the CUDA driver library or one of its functions is missing; the
+callers then launch kernel by kernel.
+"""
+
+import ctypes
+import functools
+import sys
+from ctypes import POINTER, byref, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
+
+import numpy as np
+
+_SUCCESS = 0
+
+
+class KernelNodeParams(ctypes.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2 of cuda.h."""
+
+    _fields_ = [
+        ("func", c_void_p),
+        ("gridDimX", c_uint),
+        ("gridDimY", c_uint),
+        ("gridDimZ", c_uint),
+        ("blockDimX", c_uint),
+        ("blockDimY", c_uint),
+        ("blockDimZ", c_uint),
+        ("sharedMemBytes", c_uint),
+        ("kernelParams", c_void_p),
+        ("extra", c_void_p),
+        ("kern", c_void_p),
+        ("ctx", c_void_p),
+    ]
+
+
+# name in libcuda -> (argument types), each returning a CUresult
+_SIGNATURES = {
+    "cuGraphCreate": (POINTER(c_void_p), c_uint),
+    "cuGraphAddKernelNode_v2": (POINTER(c_void_p), c_void_p, POINTER(c_void_p), c_size_t, POINTER(KernelNodeParams)),
+    "cuGraphInstantiateWithFlags": (POINTER(c_void_p), c_void_p, c_ulonglong),
+    "cuGraphExecKernelNodeSetParams_v2": (c_void_p, c_void_p, POINTER(KernelNodeParams)),
+    "cuGraphLaunch": (c_void_p, c_void_p),
+    "cuGraphExecDestroy": (c_void_p,),
+    "cuGraphDestroy": (c_void_p,),
+}
+
+
+@functools.cache
+def driver():
+    """The driver functions this module calls, by name without the cu prefix, or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        library = ctypes.CDLL("libcuda.so.1")
+        functions = {}
+        for name, argtypes in _SIGNATURES.items():
+            function = getattr(library, name)
+            function.argtypes, function.restype = argtypes, c_int
+            functions[name[2:].removesuffix("_v2")] = function
+    except (OSError, AttributeError):
+        return None
+    return functions
+
+
+def slot_value(value):
+    """The 8-byte argument slot holding NumPy scalar ``value`` (its bytes, zero-padded)."""
+    return int(np.frombuffer(np.asarray(value).tobytes().ljust(8, b"\0"), np.uint64)[0])
+
+
+class GraphError(RuntimeError):
+    pass
+
+
+class KernelGraph:
+    """Kernels launched one after the other as one CUDA graph.
+
+    ``launches``: (function, grid, block, slots) per kernel: the CUfunction handle, 3-tuples
+    of grid and block sizes, and the initial 8-byte value of each argument. ``arguments[i]``
+    is kernel i's slots, to be written before ``launch``. Raises GraphError where the driver
+    refuses the graph.
+    """
+
+    def __init__(self, functions, launches):
+        self._driver = functions
+        self.graph, self.executable = c_void_p(), c_void_p()
+        self.arguments, self._params, self._nodes, self._pointers = [], [], [], []
+        self._check(functions["GraphCreate"](byref(self.graph), 0))
+        previous = None
+        for function, grid, block, slots in launches:
+            values = (ctypes.c_uint64 * max(len(slots), 1))(*slots)
+            pointers = (c_void_p * max(len(slots), 1))(*(ctypes.addressof(values) + 8 * i for i in range(len(slots))))
+            params = KernelNodeParams(function, *grid, *block, 0, ctypes.addressof(pointers), None, None, None)
+            node = c_void_p()
+            dependencies, count = (byref(previous), 1) if previous is not None else (None, 0)
+            self._check(functions["GraphAddKernelNode"](byref(node), self.graph, dependencies, count, byref(params)))
+            self.arguments.append(values)
+            self._pointers.append(pointers)
+            self._params.append(params)
+            self._nodes.append(node)
+            previous = node
+        self._check(functions["GraphInstantiateWithFlags"](byref(self.executable), self.graph, 0))
+
+    def _check(self, result):
+        if result != _SUCCESS:
+            raise GraphError(f"CUDA driver error {result} building a kernel graph")
+
+    def launch(self, stream):
+        """Give every node its arguments and launch the graph on ``stream`` (a CUstream
+        address); False, with nothing launched, where the driver refuses."""
+        set_params = self._driver["GraphExecKernelNodeSetParams"]
+        executable = self.executable
+        for node, params in zip(self._nodes, self._params):
+            if set_params(executable, node, byref(params)) != _SUCCESS:
+                return False
+        return self._driver["GraphLaunch"](executable, stream) == _SUCCESS
+
+    def __del__(self):
+        try:
+            if self.executable:
+                self._driver["GraphExecDestroy"](self.executable)
+            if self.graph:
+                self._driver["GraphDestroy"](self.graph)
+        except Exception:  # noqa: BLE001 - the driver may be gone at interpreter exit
+            pass
