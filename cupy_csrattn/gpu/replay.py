@@ -2,9 +2,9 @@
 
 A GPU call of an op on a given CSRGraph does the same work every time its arguments have
 the same description: the op, the types, dtypes, shapes, strides and alignments of the
-arrays, the values of the scalars, the current device. Once validated and run, such a call is recorded:
-the kernels it launched (grids, argument tuples) and the arrays it allocated (outputs and
-scratch). A later call with the same description skips validation, placement and the
+arrays, the values of the scalars, the current device. Once validated and run, such a call
+is recorded: the kernels it launched (grids, argument tuples) and the arrays it allocated
+(outputs and scratch). A later call with the same description skips validation, placement and the
 launchers' choices: it allocates fresh arrays of the recorded shapes, puts the caller's
 arrays and the new ones in the argument tuples where the recorded call had its own, and
 launches the same kernels in the same order on the current stream. The results are those of
@@ -147,7 +147,7 @@ class Replay:
     """The recorded work of one call, repeated with a later call's arrays.
 
     A record of several kernels launches them as one CUDA graph (gpu/cuda_graph.py) whose
-    arguments are set per call: one launch's host cost for all of them. Otherwise (one
+    arguments are set per call, at less host cost than a launch per kernel. Otherwise (one
     kernel, no driver library, a stream being captured, no current context) launches go
     straight to each kernel's CUDA function with argument lists converted once: the graph's
     arrays and the scalars as CuPy's kernel-argument pointers (what a launch would build
