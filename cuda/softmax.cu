@@ -295,7 +295,8 @@ __host__ __device__ constexpr int run_chunk_batch(int arrays) { return arrays ==
 
 // The stage slot of a run's element i: one slot of padding after every 32, so that lanes
 // walking rows of equal length (offsets a multiple of 32 elements apart) hit different banks.
-__host__ __device__ constexpr int run_slot(int i) { return i + i / WARP; }
+// i is never negative: the unsigned division is a shift.
+__host__ __device__ constexpr int run_slot(int i) { return i + (int)((unsigned)i / WARP); }
 
 // The split of `count` elements from p into 16-byte chunks: `lead` elements before the
 // first 16-byte boundary (or all of them), then `chunks` whole chunks, then the rest.
