@@ -386,6 +386,26 @@ __device__ __forceinline__ acc_t pair_allreduce(acc_t x, Op op, int L, acc_t* sp
     return x;
 }
 
+// Elements i = begin, begin + step, ... (< end) of one (row, head) pair in the stage, GROUP
+// at a time while GROUP remain, then one at a time: load(i) for each element of a group
+// before use(i, loaded) for any, in element order, so that a group's stage loads issue
+// together while every accumulation keeps the order of a plain loop (the same results).
+template <int GROUP, class Load, class Use>
+__device__ __forceinline__ void for_stage_elements(int begin, int end, int step, Load load, Use use) {
+    int i = begin;
+    for (; i + (GROUP - 1) * step < end; i += GROUP * step) {
+        acc_t loaded[GROUP];
+#pragma unroll
+        for (int k = 0; k < GROUP; ++k) loaded[k] = load(i + k * step);
+#pragma unroll
+        for (int k = 0; k < GROUP; ++k) use(i + k * step, loaded[k]);
+    }
+    for (; i < end; i += step) use(i, load(i));
+}
+
+// Elements of a (row, head) pair loaded together by the forward's passes over the stage.
+constexpr int STAGE_GROUP = 4;
+
 // The softmax of staged rows: rows row0 .. row0 + rows, row r's elements in stage slots
 // run_slot(offsets[r] .. offsets[r + 1]) ((edge, head) in order), worked on by T threads
 // (thread t; a warp, or with BLOCK a block), L threads per (row, head) pair (L = T / P for
@@ -411,17 +431,17 @@ __device__ __forceinline__ void stage_softmax(scalar_t* stage_a, const scalar_t*
         const int step = L * H;
         const i64 row = row0 + r;
         if (softmax_keeps_max(MODE)) {
+            const auto staged = [&](int i) { return to_acc(stage_a[run_slot(i)]); };
             acc_t m = neg_inf();
-            for (int i = begin; i < end; i += step) m = nan_max(m, to_acc(stage_a[run_slot(i)]));
+            for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int, acc_t s) { m = nan_max(m, s); });
             m = pair_allreduce<BLOCK>(m, Max(), L, spill);
             acc_t shift = m == neg_inf() ? (acc_t)0 : m;
             acc_t l = 0;
-            for (int i = begin; i < end; i += step) {
-                acc_t s = to_acc(stage_a[run_slot(i)]);
+            for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, acc_t s) {
                 acc_t e = s == neg_inf() ? (acc_t)0 : exp_acc(s - shift);
                 if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_scalar(stage_a + run_slot(i), e);
                 l += e;
-            }
+            });
             l = pair_allreduce<BLOCK>(l, Sum(), L, spill);
             if (MODE == SOFTMAX_LSE) {
                 SoftmaxState state;
@@ -431,11 +451,10 @@ __device__ __forceinline__ void stage_softmax(scalar_t* stage_a, const scalar_t*
             } else {
                 // A NaN or +inf max makes l, and so inv, NaN.
                 acc_t inv = l == 0 ? (acc_t)0 : (acc_t)1 / l;
-                for (int i = begin; i < end; i += step) {
-                    acc_t s = to_acc(stage_a[run_slot(i)]);
+                for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, acc_t s) {
                     acc_t e = KEEP_EXP ? s : (s == neg_inf() ? (acc_t)0 : exp_acc(s - shift));
                     store_scalar(stage_a + run_slot(i), e * inv);
-                }
+                });
             }
         } else {
             acc_t lse_row = softmax_probs_from_lse(MODE) && valid ? lse_in[row * H + head] : (acc_t)0;
