@@ -293,10 +293,17 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
 // of 500 edges.
 __host__ __device__ constexpr int run_chunk_batch(int arrays) { return arrays == 1 ? 2 : 4; }
 
-// The stage slot of a run's element i: one slot of padding after every 32, so that lanes
-// walking rows of equal length (offsets a multiple of 32 elements apart) hit different banks.
-// i is never negative: the unsigned division is a shift.
-__host__ __device__ constexpr int run_slot(int i) { return i + (int)((unsigned)i / WARP); }
+// Elements per 32-bit stage word: float16 stages two heads of one edge in a word where H is
+// even, so that its passes load, convert and store them together (half the shared accesses).
+constexpr int STAGE_PACK = sizeof(scalar_t) == 2 ? 2 : 1;
+
+// The stage slot of a run's element i: one slot of padding (STAGE_PACK elements, a 32-bit
+// word for float16) after every 32 of them, so that lanes walking rows of equal length
+// (offsets a multiple of 32 such units apart) hit different banks; the elements of a word
+// stay together. i is never negative: the unsigned division is a shift.
+__host__ __device__ constexpr int run_slot(int i) {
+    return i + (int)((unsigned)i / (WARP * STAGE_PACK)) * STAGE_PACK;
+}
 
 // The split of `count` elements from p into 16-byte chunks: `lead` elements before the
 // first 16-byte boundary (or all of them), then `chunks` whole chunks, then the rest.
@@ -316,7 +323,20 @@ __device__ __forceinline__ ChunkSplit chunk_split(const void* p, int count) {
 union StageChunk {
     int4 q;
     scalar_t s[16 / sizeof(scalar_t)];
+    unsigned int w[4];
 };
+
+// Whether a run whose chunks start `lead` elements in stages them a word at a time (the
+// elements of each word then share a chunk word): float16 with an even lead.
+__device__ __forceinline__ bool stage_by_words(int lead) { return STAGE_PACK == 2 && lead % 2 == 0; }
+
+// The 32-bit stage word whose first element is element i (i a multiple of STAGE_PACK).
+__device__ __forceinline__ unsigned int* stage_word(scalar_t* stage, int i) {
+    return reinterpret_cast<unsigned int*>(stage + run_slot(i));
+}
+__device__ __forceinline__ const unsigned int* stage_word(const scalar_t* stage, int i) {
+    return reinterpret_cast<const unsigned int*>(stage + run_slot(i));
+}
 
 // Copies `count` elements of src (global) to the stage slots run_slot(0 .. count), thread t
 // of the T that share the stage (a warp's lanes, or a block's threads) taking chunks t,
@@ -326,6 +346,7 @@ __device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_
     constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
     const ChunkSplit split = chunk_split(src, count);
     const int tail = split.lead + split.chunks * PER_CHUNK;
+    const bool by_words = stage_by_words(split.lead);
     // The single elements of both ends (fewer than PER_CHUNK <= 8 each), issued with the chunks.
     scalar_t lone_lead = 0, lone_tail = 0;
     if (t < split.lead) lone_lead = __ldg(src + t);
@@ -342,8 +363,14 @@ __device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_
         for (int k = 0; k < BATCH; ++k) {
             int c = c0 + k * T + t;
             if (c < split.chunks) {
+                const int i0 = split.lead + c * PER_CHUNK;
+                if (by_words) {
 #pragma unroll
-                for (int q = 0; q < PER_CHUNK; ++q) stage[run_slot(split.lead + c * PER_CHUNK + q)] = v[k].s[q];
+                    for (int q = 0; q < 4; ++q) *stage_word(stage, i0 + q * STAGE_PACK) = v[k].w[q];
+                } else {
+#pragma unroll
+                    for (int q = 0; q < PER_CHUNK; ++q) stage[run_slot(i0 + q)] = v[k].s[q];
+                }
             }
         }
     }
@@ -360,41 +387,56 @@ __device__ __forceinline__ void stage_out(const scalar_t* stage, int count, scal
     if (t < split.lead) dst[t] = stage[run_slot(t)];
     if (tail + t < count) dst[tail + t] = stage[run_slot(tail + t)];
     int4* chunks = reinterpret_cast<int4*>(dst + split.lead);
+    const bool by_words = stage_by_words(split.lead);
     for (int c = t; c < split.chunks; c += T) {
         StageChunk v;
+        const int i0 = split.lead + c * PER_CHUNK;
+        if (by_words) {
 #pragma unroll
-        for (int q = 0; q < PER_CHUNK; ++q) v.s[q] = stage[run_slot(split.lead + c * PER_CHUNK + q)];
+            for (int q = 0; q < 4; ++q) v.w[q] = *stage_word(stage, i0 + q * STAGE_PACK);
+        } else {
+#pragma unroll
+            for (int q = 0; q < PER_CHUNK; ++q) v.s[q] = stage[run_slot(i0 + q)];
+        }
         chunks[c] = v.q;
     }
 }
 
-// op over the L consecutive threads of each (row, head) pair (L a power of two, the same
-// for the whole warp or block): an xor butterfly within a warp, then, for L > 32 (block
-// kernels only), over the pair's L / 32 warps in warp order through `spill`. Every thread
-// of a pair ends with the same value, whatever the scheduling.
-template <bool BLOCK, class Op>
-__device__ __forceinline__ acc_t pair_allreduce(acc_t x, Op op, int L, acc_t* spill) {
-    x = span_allreduce(x, op, 1, min(L, WARP));
+// op over the L consecutive threads of each work item (L a power of two, the same for the
+// whole warp or block), for each of its V heads: an xor butterfly within a warp, then, for
+// L > 32 (block kernels only), over the item's L / 32 warps in warp order through `spill`
+// (BLOCK_WARPS * V values; the V heads share one round of it). Every thread of an item ends
+// with the same values, whatever the scheduling.
+template <bool BLOCK, int V, class Op>
+__device__ __forceinline__ void item_allreduce(acc_t (&x)[V], Op op, int L, acc_t* spill) {
+#pragma unroll
+    for (int h = 0; h < V; ++h) x[h] = span_allreduce(x[h], op, 1, min(L, WARP));
     if (BLOCK && L > WARP) {
         const int warp = threadIdx.x / WARP, per = L / WARP, first = warp / per * per;
-        if (lane_id() == 0) spill[warp] = x;
+        if (lane_id() == 0) {
+#pragma unroll
+            for (int h = 0; h < V; ++h) spill[warp * V + h] = x[h];
+        }
         __syncthreads();
-        x = spill[first];
-        for (int w = first + 1; w < first + per; ++w) x = op(x, spill[w]);
+#pragma unroll
+        for (int h = 0; h < V; ++h) {
+            x[h] = spill[first * V + h];
+            for (int w = first + 1; w < first + per; ++w) x[h] = op(x[h], spill[w * V + h]);
+        }
         __syncthreads();  // spill is written again by the next reduction
     }
-    return x;
 }
 
-// Elements i = begin, begin + step, ... (< end) of one (row, head) pair in the stage, GROUP
-// at a time while GROUP remain, then one at a time: load(i) for each element of a group
-// before use(i, loaded) for any, in element order, so that a group's stage loads issue
-// together while every accumulation keeps the order of a plain loop (the same results).
+// Elements i = begin, begin + step, ... (< end) of one lane's share of the stage, GROUP at a
+// time while GROUP remain, then one at a time: load(i) for each element of a group before
+// use(i, loaded) for any, in element order, so that a group's stage loads issue together
+// while every accumulation keeps the order of a plain loop (the same results).
 template <int GROUP, class Load, class Use>
 __device__ __forceinline__ void for_stage_elements(int begin, int end, int step, Load load, Use use) {
+    using Loaded = decltype(load(0));
     int i = begin;
     for (; i + (GROUP - 1) * step < end; i += GROUP * step) {
-        acc_t loaded[GROUP];
+        Loaded loaded[GROUP];
 #pragma unroll
         for (int k = 0; k < GROUP; ++k) loaded[k] = load(i + k * step);
 #pragma unroll
@@ -403,74 +445,164 @@ __device__ __forceinline__ void for_stage_elements(int begin, int end, int step,
     for (; i < end; i += step) use(i, load(i));
 }
 
-// Elements of a (row, head) pair loaded together by the forward's passes over the stage.
+// Elements of a lane's share loaded together by the passes over the stage.
 constexpr int STAGE_GROUP = 4;
+
+// V consecutive heads of one edge, as acc_t.
+template <int V>
+struct StageHeads {
+    acc_t v[V];
+};
+
+// Elements i .. i + V - 1 of the stage (V = 2: one 32-bit word of float16, i even).
+template <int V>
+__device__ __forceinline__ StageHeads<V> stage_heads(const scalar_t* stage, int i) {
+    StageHeads<V> x;
+    if (V == 1) {
+        x.v[0] = to_acc(stage[run_slot(i)]);
+    } else {
+        const unsigned int word = *stage_word(stage, i);
+#pragma unroll
+        for (int h = 0; h < V; ++h) x.v[h] = to_acc((scalar_t)(word >> (16 * h)));
+    }
+    return x;
+}
+
+// Stores x, rounded to the data type, as elements i .. i + V - 1 of the stage.
+template <int V>
+__device__ __forceinline__ void store_stage_heads(scalar_t* stage, int i, const StageHeads<V>& x) {
+    if (V == 1) {
+        store_scalar(stage + run_slot(i), x.v[0]);
+    } else {
+        scalar_t bits[V];
+#pragma unroll
+        for (int h = 0; h < V; ++h) store_scalar(bits + h, x.v[h]);
+        unsigned int word = 0;
+#pragma unroll
+        for (int h = 0; h < V; ++h) word |= (unsigned int)bits[h] << (16 * h);
+        *stage_word(stage, i) = word;
+    }
+}
+
+// The score and gradient heads of one edge, for the gradient modes.
+template <int V>
+struct StageGradHeads {
+    StageHeads<V> a, g;
+};
 
 // The softmax of staged rows: rows row0 .. row0 + rows, row r's elements in stage slots
 // run_slot(offsets[r] .. offsets[r + 1]) ((edge, head) in order), worked on by T threads
-// (thread t; a warp, or with BLOCK a block), L threads per (row, head) pair (L = T / P for
-// P = min(T, pairs) rounded up to a power of two), each walking the pair's elements strided
-// by L and combining by pair_allreduce (max, sum, write, as in softmax_rows' register
-// path). Outputs are written back into the stage (lse modes: lse_out).
-template <int MODE, bool BLOCK>
-__device__ __forceinline__ void stage_softmax(scalar_t* stage_a, const scalar_t* stage_g, const int* offsets, int rows,
-                                              i64 row0, int H, int t, int T, const lse_t* lse_in, lse_t* lse_out,
-                                              acc_t* spill) {
+// (thread t; a warp, or with BLOCK a block). Each work item is a row and V consecutive heads
+// (V divides H), L threads per item (L = T / P for P = min(T, items) rounded up to a power of
+// two), each walking the item's edges strided by L and combining each head by
+// item_allreduce (max, sum, write, as in softmax_rows' register path). Outputs are written
+// back into the stage (lse modes: lse_out).
+template <int MODE, bool BLOCK, int V>
+__device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const scalar_t* stage_g, const int* offsets,
+                                                    int rows, i64 row0, int H, int t, int T, const lse_t* lse_in,
+                                                    lse_t* lse_out, acc_t* spill) {
     // Where the data type is the accumulation type, the forward keeps exp(s - m) in the stage
     // exactly and does not compute it twice.
     constexpr bool KEEP_EXP = sizeof(scalar_t) == sizeof(acc_t);
-    const int pairs = rows * H;
-    int L = T;  // threads per pair
-    while (L > 1 && T / L < pairs) L >>= 1;
+    const int groups = H / V;  // head groups per row
+    const int items = rows * groups;
+    int L = T;  // threads per item
+    while (L > 1 && T / L < items) L >>= 1;
     const int sub = t & (L - 1);
-    for (int pair0 = 0; pair0 < pairs; pair0 += T / L) {  // the same trips for every thread
-        const int pair = pair0 + t / L;
-        const bool valid = pair < pairs;
-        const int r = valid ? pair / H : 0, head = valid ? pair - r * H : 0;
+    for (int item0 = 0; item0 < items; item0 += T / L) {  // the same trips for every thread
+        const int item = item0 + t / L;
+        const bool valid = item < items;
+        const int r = valid ? item / groups : 0, head = valid ? (item - r * groups) * V : 0;
         const int begin = valid ? offsets[r] + head + sub * H : 0, end = valid ? offsets[r + 1] : 0;
         const int step = L * H;
         const i64 row = row0 + r;
         if (softmax_keeps_max(MODE)) {
-            const auto staged = [&](int i) { return to_acc(stage_a[run_slot(i)]); };
-            acc_t m = neg_inf();
-            for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int, acc_t s) { m = nan_max(m, s); });
-            m = pair_allreduce<BLOCK>(m, Max(), L, spill);
-            acc_t shift = m == neg_inf() ? (acc_t)0 : m;
-            acc_t l = 0;
-            for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, acc_t s) {
-                acc_t e = s == neg_inf() ? (acc_t)0 : exp_acc(s - shift);
-                if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_scalar(stage_a + run_slot(i), e);
-                l += e;
+            const auto staged = [&](int i) { return stage_heads<V>(stage_a, i); };
+            acc_t m[V], shift[V], l[V];
+#pragma unroll
+            for (int h = 0; h < V; ++h) m[h] = neg_inf(), l[h] = 0;
+            for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int, const StageHeads<V>& s) {
+#pragma unroll
+                for (int h = 0; h < V; ++h) m[h] = nan_max(m[h], s.v[h]);
             });
-            l = pair_allreduce<BLOCK>(l, Sum(), L, spill);
+            item_allreduce<BLOCK>(m, Max(), L, spill);
+#pragma unroll
+            for (int h = 0; h < V; ++h) shift[h] = m[h] == neg_inf() ? (acc_t)0 : m[h];
+            for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, const StageHeads<V>& s) {
+                StageHeads<V> e;
+#pragma unroll
+                for (int h = 0; h < V; ++h) {
+                    e.v[h] = s.v[h] == neg_inf() ? (acc_t)0 : exp_acc(s.v[h] - shift[h]);
+                    l[h] += e.v[h];
+                }
+                if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_stage_heads<V>(stage_a, i, e);
+            });
+            item_allreduce<BLOCK>(l, Sum(), L, spill);
             if (MODE == SOFTMAX_LSE) {
-                SoftmaxState state;
-                state.m = m;
-                state.l = l;
-                if (valid && sub == 0) lse_out[row * H + head] = state_lse(state);
+#pragma unroll
+                for (int h = 0; h < V; ++h) {
+                    SoftmaxState state;
+                    state.m = m[h];
+                    state.l = l[h];
+                    if (valid && sub == 0) lse_out[row * H + head + h] = state_lse(state);
+                }
             } else {
                 // A NaN or +inf max makes l, and so inv, NaN.
-                acc_t inv = l == 0 ? (acc_t)0 : (acc_t)1 / l;
-                for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, acc_t s) {
-                    acc_t e = KEEP_EXP ? s : (s == neg_inf() ? (acc_t)0 : exp_acc(s - shift));
-                    store_scalar(stage_a + run_slot(i), e * inv);
+                acc_t inv[V];
+#pragma unroll
+                for (int h = 0; h < V; ++h) inv[h] = l[h] == 0 ? (acc_t)0 : (acc_t)1 / l[h];
+                for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, const StageHeads<V>& s) {
+                    StageHeads<V> p;
+#pragma unroll
+                    for (int h = 0; h < V; ++h) {
+                        acc_t e = KEEP_EXP ? s.v[h] : (s.v[h] == neg_inf() ? (acc_t)0 : exp_acc(s.v[h] - shift[h]));
+                        p.v[h] = e * inv[h];
+                    }
+                    store_stage_heads<V>(stage_a, i, p);
                 });
             }
         } else {
-            acc_t lse_row = softmax_probs_from_lse(MODE) && valid ? lse_in[row * H + head] : (acc_t)0;
-            acc_t l = 0;
-            for (int i = begin; i < end; i += step) {
-                acc_t s = to_acc(stage_a[run_slot(i)]);
-                acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
-                l += p * to_acc(stage_g[run_slot(i)]);
+            acc_t lse_row[V], l[V];
+#pragma unroll
+            for (int h = 0; h < V; ++h) {
+                lse_row[h] = softmax_probs_from_lse(MODE) && valid ? lse_in[row * H + head + h] : (acc_t)0;
+                l[h] = 0;
             }
-            l = pair_allreduce<BLOCK>(l, Sum(), L, spill);
-            for (int i = begin; i < end; i += step) {
-                acc_t s = to_acc(stage_a[run_slot(i)]);
-                acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(s, lse_row) : s;
-                store_scalar(stage_a + run_slot(i), p * (to_acc(stage_g[run_slot(i)]) - l));
-            }
+            const auto staged = [&](int i) {
+                StageGradHeads<V> x;
+                x.a = stage_heads<V>(stage_a, i);
+                x.g = stage_heads<V>(stage_g, i);
+#pragma unroll
+                for (int h = 0; h < V; ++h) {
+                    if (softmax_probs_from_lse(MODE)) x.a.v[h] = prob_from_lse(x.a.v[h], lse_row[h]);
+                }
+                return x;
+            };
+            for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int, const StageGradHeads<V>& x) {
+#pragma unroll
+                for (int h = 0; h < V; ++h) l[h] += x.a.v[h] * x.g.v[h];
+            });
+            item_allreduce<BLOCK>(l, Sum(), L, spill);
+            for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, const StageGradHeads<V>& x) {
+                StageHeads<V> out;
+#pragma unroll
+                for (int h = 0; h < V; ++h) out.v[h] = x.a.v[h] * (x.g.v[h] - l[h]);
+                store_stage_heads<V>(stage_a, i, out);
+            });
         }
+    }
+}
+
+// stage_softmax_heads with two heads per item where the stage packs them (float16, H even).
+template <int MODE, bool BLOCK>
+__device__ __forceinline__ void stage_softmax(scalar_t* stage_a, const scalar_t* stage_g, const int* offsets, int rows,
+                                              i64 row0, int H, int t, int T, const lse_t* lse_in, lse_t* lse_out,
+                                              acc_t* spill) {
+    if (STAGE_PACK > 1 && H % STAGE_PACK == 0) {
+        stage_softmax_heads<MODE, BLOCK, STAGE_PACK>(stage_a, stage_g, offsets, rows, row0, H, t, T, lse_in, lse_out,
+                                                     spill);
+    } else {
+        stage_softmax_heads<MODE, BLOCK, 1>(stage_a, stage_g, offsets, rows, row0, H, t, T, lse_in, lse_out, spill);
     }
 }
 
@@ -480,7 +612,7 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
                                              const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {
     constexpr int ARRAYS = softmax_reads_grad(MODE) ? 2 : 1;
     constexpr int CAPACITY = RUN_STAGE_BYTES / (ARRAYS * (int)sizeof(scalar_t));
-    __shared__ scalar_t stage[BLOCK_WARPS][ARRAYS][run_slot(CAPACITY)];
+    __shared__ __align__(16) scalar_t stage[BLOCK_WARPS][ARRAYS][run_slot(CAPACITY)];
     __shared__ int offsets[BLOCK_WARPS][MAX_RUN_ROWS + 1];
     const i64 index = grid_warp();
     if (index >= num_runs) return;
@@ -514,9 +646,9 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows
                                                    scalar_t* out, lse_t* lse_out) {
     constexpr int ARRAYS = softmax_reads_grad(MODE) ? 2 : 1;
     constexpr int CAPACITY = BLOCK_WARPS * RUN_STAGE_BYTES / (ARRAYS * (int)sizeof(scalar_t));
-    __shared__ scalar_t stage[ARRAYS][run_slot(CAPACITY)];
+    __shared__ __align__(16) scalar_t stage[ARRAYS][run_slot(CAPACITY)];
     __shared__ int offsets[2];
-    __shared__ acc_t spill[BLOCK_WARPS];
+    __shared__ acc_t spill[BLOCK_WARPS * STAGE_PACK];
     if ((i64)blockIdx.x >= num_rows) return;  // the whole block
     const i64 row = rows[blockIdx.x];
     const i64 first = indptr[row];

@@ -340,6 +340,14 @@ def test_softmax_strategies_match_cpu(cupy, plan_limits, monkeypatch, run_rows, 
     out_view = poison(cupy, (g.num_edges + 3, *edge_shape[1:]), dtype)[3:]
     ca.edge_softmax(gg, scores_view, out=out_view)
     assert cupy.asnumpy(out_view).tobytes() == got.tobytes()
+    # And one element into their buffers: 16-byte chunks whose 32-bit words do not line up
+    # with the stage's (float16 with an even H stages these element by element).
+    size = int(np.prod(edge_shape))
+    scores_view = cupy.empty(size + 1, dtype)[1:].reshape(edge_shape)
+    scores_view[...] = d(scores)
+    out_view = poison(cupy, (size + 1,), dtype)[1:].reshape(edge_shape)
+    ca.edge_softmax(gg, scores_view, out=out_view)
+    assert cupy.asnumpy(out_view).tobytes() == got.tobytes()
 
     probs = np.nan_to_num(want).astype(dtype)
     grad_probs = rng.standard_normal(edge_shape).astype(dtype)
