@@ -593,12 +593,14 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
     }
 }
 
-// stage_softmax_heads with two heads per item where the stage packs them (float16, H even).
+// stage_softmax_heads with two heads per item where the stage packs them (float16, H even),
+// unless that leaves a block fewer items than warps: an item spanning warps reduces through
+// shared memory at two barriers a reduction, which one warp per item does not need.
 template <int MODE, bool BLOCK>
 __device__ __forceinline__ void stage_softmax(scalar_t* stage_a, const scalar_t* stage_g, const int* offsets, int rows,
                                               i64 row0, int H, int t, int T, const lse_t* lse_in, lse_t* lse_out,
                                               acc_t* spill) {
-    if (STAGE_PACK > 1 && H % STAGE_PACK == 0) {
+    if (STAGE_PACK > 1 && H % STAGE_PACK == 0 && !(BLOCK && rows * (H / STAGE_PACK) * WARP < T)) {
         stage_softmax_heads<MODE, BLOCK, STAGE_PACK>(stage_a, stage_g, offsets, rows, row0, H, t, T, lse_in, lse_out,
                                                      spill);
     } else {
