@@ -62,10 +62,14 @@ def cases(rng, num_edges, num_dst, num_src):
     """[(name, fn(package, graph))]: the core ops and the fused attentions, forward and backward."""
     E, Nd, Ns = num_edges, num_dst, num_src
     result = []
-    for H, dt in ((8, np.float32), (1, np.float32), (8, np.float16)):
+    for H, dt in ((8, np.float32), (1, np.float32), (8, np.float16), (8, np.float64)):
         s = _random(rng, E, H, dtype=dt)
         result.append((f"edge_softmax H={H} {np.dtype(dt).name}", partial(_call, "edge_softmax", s)))
     result.append(("edge_softmax_backward H=8", partial(_call, "edge_softmax_backward", *_many(rng, (E, 8), (E, 8)))))
+    for dt in (np.float16, np.float64):
+        probs, grad = _random(rng, E, 8, dtype=dt), _random(rng, E, 8, dtype=dt)
+        name = f"edge_softmax_backward H=8 {np.dtype(dt).name}"
+        result.append((name, partial(_call, "edge_softmax_backward", probs, grad)))
     for H, F, dt in ((1, 64, np.float32), (8, 16, np.float32), (8, 16, np.float16)):
         s, v = _random(rng, E, H, dtype=dt), _random(rng, Ns, H, F, dtype=dt)
         tag = f"H={H} F={F} {np.dtype(dt).name}"
