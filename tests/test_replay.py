@@ -138,6 +138,8 @@ def test_cuda_graph_capture(cupy, case, dtype):
     graph = make_graph(cupy, graph_data)
     public = OPS[case.op].function
     args, kwargs = to_xp(cupy, case.make(rng, graph_data, 2, 5, dtype))
+    # The inputs are copied on the default stream, which a non-blocking stream does not wait for.
+    cupy.cuda.Device().synchronize()
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         for _ in range(2):  # the plan, the transpose and the kernels exist before the capture
@@ -170,6 +172,7 @@ def test_captured_layer_follows_inputs_written_in_place(cupy):
     a_dst, a_src = draw(graph.num_dst, 4), draw(graph.num_src, 4)
     values, grad_out = draw(graph.num_src, 4, 16), draw(graph.num_dst, 4, 16)
     forward, backward = OPS["gat_attention"].function, OPS["gat_attention_backward"].function
+    cupy.cuda.Device().synchronize()  # the inputs, copied on the default stream, are ready for any stream
 
     def layer(forward, backward):
         out, lse = forward(graph, a_dst, a_src, values, return_lse=True)
