@@ -2,7 +2,7 @@
 through NVRTC for the library's own source (no GPU needed): the figures behind the register
 caps in cuda/ (span_min_blocks in attention.cu) and the notes that quote ptxas.
 
-    PYTHONPATH=. python3 benchmarks/kernel_resources.py FAMILY DTYPE [--index-dtype int32]
+    python3 benchmarks/kernel_resources.py FAMILY DTYPE [--index-dtype int32]
         [--arch sm_90] [--match REGEX] [--json OUT.json]
 
 prints one line per kernel (registers, stack frame, spill stores and loads in bytes), in the
@@ -11,10 +11,15 @@ order ptxas compiled them; --match keeps the kernels whose name matches REGEX.
 
 import argparse
 import json
+import pathlib
 import re
 import sys
 
-from cupy_csrattn.gpu import kernels
+# The checkout beside this script, not an installed copy of the package: run as a script,
+# sys.path[0] is benchmarks/, and an installed copy would report its own kernels.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from cupy_csrattn.gpu import kernels  # noqa: E402
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
