@@ -378,6 +378,54 @@ __device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_
     if (tail + t < count) stage[run_slot(tail + t)] = lone_tail;
 }
 
+// Asynchronous copies global -> shared (cp.async, sm_80 and later) of ASYNC_BYTES each: one
+// float32, two float16 (one stage word), one float64.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define STAGE_ASYNC 1
+#else
+#define STAGE_ASYNC 0
+#endif
+constexpr int ASYNC_BYTES = sizeof(scalar_t) > 4 ? (int)sizeof(scalar_t) : 4;
+constexpr int ASYNC_ELEMENTS = ASYNC_BYTES / (int)sizeof(scalar_t);
+
+// Copies `count` elements of src (global, ASYNC_BYTES-aligned) to the stage slots
+// run_slot(0 .. count) with cp.async, thread t of the T that share the stage taking units
+// (ASYNC_ELEMENTS elements) t, t + T, ...: a warp's copy reads 32 consecutive units, and
+// every unit of the stage is in flight at once, held in no register. Readers wait for them
+// with stage_wait, then synchronize the T threads.
+__device__ __forceinline__ void stage_in_async(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
+#if STAGE_ASYNC
+    const int units = count / ASYNC_ELEMENTS;
+    for (int u = t; u < units; u += T) {
+        const unsigned int to = (unsigned int)__cvta_generic_to_shared(stage + run_slot(u * ASYNC_ELEMENTS));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(to), "l"(src + u * ASYNC_ELEMENTS),
+                     "n"(ASYNC_BYTES)
+                     : "memory");
+    }
+    // float16: an odd count leaves one element, copied through a register.
+    if (ASYNC_ELEMENTS > 1 && count % ASYNC_ELEMENTS != 0 && t == 0) stage[run_slot(count - 1)] = __ldg(src + count - 1);
+#endif
+}
+
+// Waits for this thread's stage_in_async copies.
+__device__ __forceinline__ void stage_wait() {
+#if STAGE_ASYNC
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Stages `count` elements of src: asynchronously (stage_in_async) where the architecture and
+// src's alignment allow it, else through registers (stage_in). The caller calls stage_wait,
+// then synchronizes its threads, before reading the stage.
+template <int BATCH>
+__device__ __forceinline__ void stage_load(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
+    if (STAGE_ASYNC && reinterpret_cast<unsigned long long>(src) % ASYNC_BYTES == 0) {
+        stage_in_async(src, count, stage, t, T);
+    } else {
+        stage_in<BATCH>(src, count, stage, t, T);
+    }
+}
+
 // Copies the stage slots run_slot(0 .. count) to `count` elements of dst (global), threads
 // as in stage_in.
 __device__ __forceinline__ void stage_out(const scalar_t* stage, int count, scalar_t* dst, int t, int T) {
@@ -628,8 +676,9 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
     scalar_t* stage_a = stage[warp][0];
     scalar_t* stage_g = stage[warp][ARRAYS - 1];
     const i64 base = first * H;
-    stage_in<run_chunk_batch(ARRAYS)>(a + base, width, stage_a, lane, WARP);
-    if (softmax_reads_grad(MODE)) stage_in<run_chunk_batch(ARRAYS)>(g + base, width, stage_g, lane, WARP);
+    stage_load<run_chunk_batch(ARRAYS)>(a + base, width, stage_a, lane, WARP);
+    if (softmax_reads_grad(MODE)) stage_load<run_chunk_batch(ARRAYS)>(g + base, width, stage_g, lane, WARP);
+    stage_wait();
     __syncwarp();
     stage_softmax<MODE, false>(stage_a, stage_g, offsets[warp], rows, row0, H, lane, WARP, lse_in, lse_out, nullptr);
     if (MODE == SOFTMAX_LSE) return;
@@ -660,9 +709,10 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows
         offsets[1] = width;
     }
     const i64 base = first * H;
-    stage_in<run_chunk_batch(ARRAYS)>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
+    stage_load<run_chunk_batch(ARRAYS)>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
     if (softmax_reads_grad(MODE))
-        stage_in<run_chunk_batch(ARRAYS)>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
+        stage_load<run_chunk_batch(ARRAYS)>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
+    stage_wait();
     __syncthreads();
     stage_softmax<MODE, true>(stage[0], stage[ARRAYS - 1], offsets, 1, row, H, threadIdx.x, BLOCK_THREADS, lse_in,
                               lse_out, spill);
