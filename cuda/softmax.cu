@@ -69,19 +69,40 @@ __device__ __forceinline__ acc_t edge_prob(const scalar_t* a, const lse_t* lse_i
     return value;
 }
 
+// Edges per batch of write_edges.
+constexpr int WRITE_BATCH = 8;
+
+// Writes the outputs of one (row, head)'s edges begin + lane_edge, + R, ... (< end) from the
+// row's merged state, WRITE_BATCH edges at a time: a batch's loads all issue before its first
+// store, so that they are in flight together. Each position is read and written by this lane
+// alone, so an in-place call (out = a) reads every input before it is overwritten; each
+// output is computed as one edge at a time would.
 template <int MODE>
 __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
                                             scalar_t* out, i64 row, i64 begin, i64 end, int H, int head,
                                             int lane_edge, int R, bool active, SoftmaxState row_state) {
     if (!active) return;
-    for (i64 e = begin + lane_edge; e < end; e += R) {
-        i64 pos = e * H + head;
-        if (MODE == SOFTMAX_FORWARD) {
-            store_scalar(out + pos, prob_from_state(load_scalar(a + pos), row_state));
-        } else {
-            acc_t p = edge_prob<MODE>(a, lse_in, row, H, head, pos);
-            store_scalar(out + pos, p * (load_scalar(g + pos) - row_state.l));
+    const acc_t lse_row = softmax_probs_from_lse(MODE) ? lse_in[row * H + head] : (acc_t)0;
+    const auto result = [&](acc_t x, acc_t grad) -> acc_t {
+        if (MODE == SOFTMAX_FORWARD) return prob_from_state(x, row_state);
+        const acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(x, lse_row) : x;
+        return p * (grad - row_state.l);
+    };
+    i64 e = begin + lane_edge;
+    for (; e + (WRITE_BATCH - 1) * R < end; e += WRITE_BATCH * R) {
+        acc_t x[WRITE_BATCH], grad[WRITE_BATCH];
+#pragma unroll
+        for (int k = 0; k < WRITE_BATCH; ++k) {
+            const i64 pos = (e + k * R) * H + head;
+            x[k] = load_scalar(a + pos);
+            grad[k] = softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0;
         }
+#pragma unroll
+        for (int k = 0; k < WRITE_BATCH; ++k) store_scalar(out + (e + k * R) * H + head, result(x[k], grad[k]));
+    }
+    for (; e < end; e += R) {
+        const i64 pos = e * H + head;
+        store_scalar(out + pos, result(load_scalar(a + pos), softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0));
     }
 }
 
