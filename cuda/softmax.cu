@@ -69,19 +69,40 @@ __device__ __forceinline__ acc_t edge_prob(const scalar_t* a, const lse_t* lse_i
     return value;
 }
 
+// Edges per batch of write_edges.
+constexpr int WRITE_BATCH = 8;
+
+// Writes the outputs of one (row, head)'s edges begin + lane_edge, + R, ... (< end) from the
+// row's merged state, WRITE_BATCH edges at a time: a batch's loads all issue before its first
+// store, so that they are in flight together. Each position is read and written by this lane
+// alone, so an in-place call (out = a) reads every input before it is overwritten; each
+// output is computed as one edge at a time would.
 template <int MODE>
 __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
                                             scalar_t* out, i64 row, i64 begin, i64 end, int H, int head,
                                             int lane_edge, int R, bool active, SoftmaxState row_state) {
     if (!active) return;
-    for (i64 e = begin + lane_edge; e < end; e += R) {
-        i64 pos = e * H + head;
-        if (MODE == SOFTMAX_FORWARD) {
-            store_scalar(out + pos, prob_from_state(load_scalar(a + pos), row_state));
-        } else {
-            acc_t p = edge_prob<MODE>(a, lse_in, row, H, head, pos);
-            store_scalar(out + pos, p * (load_scalar(g + pos) - row_state.l));
+    const acc_t lse_row = softmax_probs_from_lse(MODE) ? lse_in[row * H + head] : (acc_t)0;
+    const auto result = [&](acc_t x, acc_t grad) -> acc_t {
+        if (MODE == SOFTMAX_FORWARD) return prob_from_state(x, row_state);
+        const acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(x, lse_row) : x;
+        return p * (grad - row_state.l);
+    };
+    i64 e = begin + lane_edge;
+    for (; e + (WRITE_BATCH - 1) * R < end; e += WRITE_BATCH * R) {
+        acc_t x[WRITE_BATCH], grad[WRITE_BATCH];
+#pragma unroll
+        for (int k = 0; k < WRITE_BATCH; ++k) {
+            const i64 pos = (e + k * R) * H + head;
+            x[k] = load_scalar(a + pos);
+            grad[k] = softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0;
         }
+#pragma unroll
+        for (int k = 0; k < WRITE_BATCH; ++k) store_scalar(out + (e + k * R) * H + head, result(x[k], grad[k]));
+    }
+    for (; e < end; e += R) {
+        const i64 pos = e * H + head;
+        store_scalar(out + pos, result(load_scalar(a + pos), softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0));
     }
 }
 
@@ -378,6 +399,54 @@ __device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_
     if (tail + t < count) stage[run_slot(tail + t)] = lone_tail;
 }
 
+// Asynchronous copies global -> shared (cp.async, sm_80 and later) of ASYNC_BYTES each: one
+// float32, two float16 (one stage word), one float64.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define STAGE_ASYNC 1
+#else
+#define STAGE_ASYNC 0
+#endif
+constexpr int ASYNC_BYTES = sizeof(scalar_t) > 4 ? (int)sizeof(scalar_t) : 4;
+constexpr int ASYNC_ELEMENTS = ASYNC_BYTES / (int)sizeof(scalar_t);
+
+// Copies `count` elements of src (global, ASYNC_BYTES-aligned) to the stage slots
+// run_slot(0 .. count) with cp.async, thread t of the T that share the stage taking units
+// (ASYNC_ELEMENTS elements) t, t + T, ...: a warp's copy reads 32 consecutive units, and
+// every unit of the stage is in flight at once, held in no register. Readers wait for them
+// with stage_wait, then synchronize the T threads.
+__device__ __forceinline__ void stage_in_async(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
+#if STAGE_ASYNC
+    const int units = count / ASYNC_ELEMENTS;
+    for (int u = t; u < units; u += T) {
+        const unsigned int to = (unsigned int)__cvta_generic_to_shared(stage + run_slot(u * ASYNC_ELEMENTS));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(to), "l"(src + u * ASYNC_ELEMENTS),
+                     "n"(ASYNC_BYTES)
+                     : "memory");
+    }
+    // float16: an odd count leaves one element, copied through a register.
+    if (ASYNC_ELEMENTS > 1 && count % ASYNC_ELEMENTS != 0 && t == 0) stage[run_slot(count - 1)] = __ldg(src + count - 1);
+#endif
+}
+
+// Waits for this thread's stage_in_async copies.
+__device__ __forceinline__ void stage_wait() {
+#if STAGE_ASYNC
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Stages `count` elements of src: asynchronously (stage_in_async) where the architecture and
+// src's alignment allow it, else through registers (stage_in). The caller calls stage_wait,
+// then synchronizes its threads, before reading the stage.
+template <int BATCH>
+__device__ __forceinline__ void stage_load(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
+    if (STAGE_ASYNC && reinterpret_cast<unsigned long long>(src) % ASYNC_BYTES == 0) {
+        stage_in_async(src, count, stage, t, T);
+    } else {
+        stage_in<BATCH>(src, count, stage, t, T);
+    }
+}
+
 // Copies the stage slots run_slot(0 .. count) to `count` elements of dst (global), threads
 // as in stage_in.
 __device__ __forceinline__ void stage_out(const scalar_t* stage, int count, scalar_t* dst, int t, int T) {
@@ -628,8 +697,9 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
     scalar_t* stage_a = stage[warp][0];
     scalar_t* stage_g = stage[warp][ARRAYS - 1];
     const i64 base = first * H;
-    stage_in<run_chunk_batch(ARRAYS)>(a + base, width, stage_a, lane, WARP);
-    if (softmax_reads_grad(MODE)) stage_in<run_chunk_batch(ARRAYS)>(g + base, width, stage_g, lane, WARP);
+    stage_load<run_chunk_batch(ARRAYS)>(a + base, width, stage_a, lane, WARP);
+    if (softmax_reads_grad(MODE)) stage_load<run_chunk_batch(ARRAYS)>(g + base, width, stage_g, lane, WARP);
+    stage_wait();
     __syncwarp();
     stage_softmax<MODE, false>(stage_a, stage_g, offsets[warp], rows, row0, H, lane, WARP, lse_in, lse_out, nullptr);
     if (MODE == SOFTMAX_LSE) return;
@@ -660,9 +730,10 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows
         offsets[1] = width;
     }
     const i64 base = first * H;
-    stage_in<run_chunk_batch(ARRAYS)>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
+    stage_load<run_chunk_batch(ARRAYS)>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
     if (softmax_reads_grad(MODE))
-        stage_in<run_chunk_batch(ARRAYS)>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
+        stage_load<run_chunk_batch(ARRAYS)>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
+    stage_wait();
     __syncthreads();
     stage_softmax<MODE, true>(stage[0], stage[ARRAYS - 1], offsets, 1, row, H, threadIdx.x, BLOCK_THREADS, lse_in,
                               lse_out, spill);
