@@ -302,7 +302,9 @@ def test_special_rows_on_gpu(cupy, plan_limits):
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("heads", [None, 1, 3, 8, 40], ids=str)
-def test_softmax_strategies_match_cpu(cupy, plan_limits, monkeypatch, run_rows, block_floor, single_floor, dtype, heads):
+def test_softmax_strategies_match_cpu(
+    cupy, plan_limits, monkeypatch, run_rows, block_floor, single_floor, dtype, heads
+):
     """The row-wise softmax kernels with runs of consecutive rows off (0) and forced to 1, 4
     and 64 rows per run, with one block per row for every whole row that fits a block's stage
     (block floor 0) or none (False), and with every other whole row that fits a warp's stage
