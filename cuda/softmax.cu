@@ -69,15 +69,12 @@ __device__ __forceinline__ acc_t edge_prob(const scalar_t* a, const lse_t* lse_i
     return value;
 }
 
-// Edges per batch of write_edges.
-constexpr int WRITE_BATCH = 8;
-
 // Writes the outputs of one (row, head)'s edges begin + lane_edge, + R, ... (< end) from the
-// row's merged state, WRITE_BATCH edges at a time: a batch's loads all issue before its first
-// store, so that they are in flight together. Each position is read and written by this lane
-// alone, so an in-place call (out = a) reads every input before it is overwritten; each
-// output is computed as one edge at a time would.
-template <int MODE>
+// row's merged state, BATCH edges at a time: a batch's loads all issue before its first store,
+// so that they are in flight together. Each position is read and written by this lane alone,
+// so an in-place call (out = a) reads every input before it is overwritten; each output is
+// computed as one edge at a time would.
+template <int MODE, int BATCH>
 __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
                                             scalar_t* out, i64 row, i64 begin, i64 end, int H, int head,
                                             int lane_edge, int R, bool active, SoftmaxState row_state) {
@@ -89,16 +86,16 @@ __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g
         return p * (grad - row_state.l);
     };
     i64 e = begin + lane_edge;
-    for (; e + (WRITE_BATCH - 1) * R < end; e += WRITE_BATCH * R) {
-        acc_t x[WRITE_BATCH], grad[WRITE_BATCH];
+    for (; e + (BATCH - 1) * R < end; e += BATCH * R) {
+        acc_t x[BATCH], grad[BATCH];
 #pragma unroll
-        for (int k = 0; k < WRITE_BATCH; ++k) {
+        for (int k = 0; k < BATCH; ++k) {
             const i64 pos = (e + k * R) * H + head;
             x[k] = load_scalar(a + pos);
             grad[k] = softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0;
         }
 #pragma unroll
-        for (int k = 0; k < WRITE_BATCH; ++k) store_scalar(out + (e + k * R) * H + head, result(x[k], grad[k]));
+        for (int k = 0; k < BATCH; ++k) store_scalar(out + (e + k * R) * H + head, result(x[k], grad[k]));
     }
     for (; e < end; e += R) {
         const i64 pos = e * H + head;
@@ -202,7 +199,7 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
             if (lanes.k == 0) lse_out[item.row * H + head] = state_lse(row_state);
         } else {
             SoftmaxState row_state = RowReduce<MODE>::to_all(state, lanes);
-            write_edges<MODE>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lane_edge, R, active,
+            write_edges<MODE, 1>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lane_edge, R, active,
                               row_state);
         }
     }
@@ -236,6 +233,13 @@ __device__ __forceinline__ void softmax_merge(const i64* split_rows, i64 num_spl
     }
 }
 
+// Edges per batch of the split rows' write pass: a lane walks up to WHOLE_ROW_EDGES / R edges
+// of its item, and one load at a time its loop waited on each (softmax_write_forward moved 1.5
+// TB/s on an R-MAT graph, H200). softmax_rows writes its unstaged whole rows one edge at a
+// time: a batch there costs registers (float32 softmax_rows_forward 40 -> 44-48, five blocks
+// per SM instead of six).
+constexpr int SPLIT_WRITE_BATCH = 8;
+
 // One warp per split item, lanes as in softmax_rows: applies its row's merged state to the
 // item's edges. Bound: memory (rereads the item's inputs once, writes its outputs).
 template <int MODE>
@@ -248,7 +252,7 @@ __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i
     for (int head0 = 0; head0 < H; head0 += WARP) {
         const HeadLanes lanes = head_lanes(min(WARP, H - head0));
         int head = head0 + lanes.h;
-        write_edges<MODE>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lanes.k, lanes.R,
+        write_edges<MODE, SPLIT_WRITE_BATCH>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lanes.k, lanes.R,
                           lanes.k < lanes.R, row_states[item.split * H + head]);
     }
 }
