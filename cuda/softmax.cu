@@ -444,7 +444,10 @@ __device__ __forceinline__ void stage_wait() {
 // then synchronizes its threads, before reading the stage.
 template <int BATCH>
 __device__ __forceinline__ void stage_load(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
-    if (STAGE_ASYNC && reinterpret_cast<unsigned long long>(src) % ASYNC_BYTES == 0) {
+    // An element is aligned to its own size, so float32 and float64 always copy asynchronously
+    // (and their kernels hold no registers for the other path); float16 needs an even offset.
+    constexpr bool ALIGNED = sizeof(scalar_t) >= ASYNC_BYTES;
+    if (STAGE_ASYNC && (ALIGNED || reinterpret_cast<unsigned long long>(src) % ASYNC_BYTES == 0)) {
         stage_in_async(src, count, stage, t, T);
     } else {
         stage_in<BATCH>(src, count, stage, t, T);
