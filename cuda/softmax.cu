@@ -69,19 +69,37 @@ __device__ __forceinline__ acc_t edge_prob(const scalar_t* a, const lse_t* lse_i
     return value;
 }
 
-template <int MODE>
+// Writes the outputs of one (row, head)'s edges begin + lane_edge, + R, ... (< end) from the
+// row's merged state, BATCH edges at a time: a batch's loads all issue before its first store,
+// so that they are in flight together. Each position is read and written by this lane alone,
+// so an in-place call (out = a) reads every input before it is overwritten; each output is
+// computed as one edge at a time would.
+template <int MODE, int BATCH>
 __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
                                             scalar_t* out, i64 row, i64 begin, i64 end, int H, int head,
                                             int lane_edge, int R, bool active, SoftmaxState row_state) {
     if (!active) return;
-    for (i64 e = begin + lane_edge; e < end; e += R) {
-        i64 pos = e * H + head;
-        if (MODE == SOFTMAX_FORWARD) {
-            store_scalar(out + pos, prob_from_state(load_scalar(a + pos), row_state));
-        } else {
-            acc_t p = edge_prob<MODE>(a, lse_in, row, H, head, pos);
-            store_scalar(out + pos, p * (load_scalar(g + pos) - row_state.l));
+    const acc_t lse_row = softmax_probs_from_lse(MODE) ? lse_in[row * H + head] : (acc_t)0;
+    const auto result = [&](acc_t x, acc_t grad) -> acc_t {
+        if (MODE == SOFTMAX_FORWARD) return prob_from_state(x, row_state);
+        const acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(x, lse_row) : x;
+        return p * (grad - row_state.l);
+    };
+    i64 e = begin + lane_edge;
+    for (; e + (BATCH - 1) * R < end; e += BATCH * R) {
+        acc_t x[BATCH], grad[BATCH];
+#pragma unroll
+        for (int k = 0; k < BATCH; ++k) {
+            const i64 pos = (e + k * R) * H + head;
+            x[k] = load_scalar(a + pos);
+            grad[k] = softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0;
         }
+#pragma unroll
+        for (int k = 0; k < BATCH; ++k) store_scalar(out + (e + k * R) * H + head, result(x[k], grad[k]));
+    }
+    for (; e < end; e += R) {
+        const i64 pos = e * H + head;
+        store_scalar(out + pos, result(load_scalar(a + pos), softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0));
     }
 }
 
@@ -181,7 +199,7 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
             if (lanes.k == 0) lse_out[item.row * H + head] = state_lse(row_state);
         } else {
             SoftmaxState row_state = RowReduce<MODE>::to_all(state, lanes);
-            write_edges<MODE>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lane_edge, R, active,
+            write_edges<MODE, 1>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lane_edge, R, active,
                               row_state);
         }
     }
@@ -215,6 +233,13 @@ __device__ __forceinline__ void softmax_merge(const i64* split_rows, i64 num_spl
     }
 }
 
+// Edges per batch of the split rows' write pass: a lane walks up to WHOLE_ROW_EDGES / R edges
+// of its item, and one load at a time its loop waited on each (softmax_write_forward moved 1.5
+// TB/s on an R-MAT graph, H200). softmax_rows writes its unstaged whole rows one edge at a
+// time: a batch there costs registers (float32 softmax_rows_forward 40 -> 44-48, five blocks
+// per SM instead of six).
+constexpr int SPLIT_WRITE_BATCH = 8;
+
 // One warp per split item, lanes as in softmax_rows: applies its row's merged state to the
 // item's edges. Bound: memory (rereads the item's inputs once, writes its outputs).
 template <int MODE>
@@ -227,7 +252,7 @@ __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i
     for (int head0 = 0; head0 < H; head0 += WARP) {
         const HeadLanes lanes = head_lanes(min(WARP, H - head0));
         int head = head0 + lanes.h;
-        write_edges<MODE>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lanes.k, lanes.R,
+        write_edges<MODE, SPLIT_WRITE_BATCH>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lanes.k, lanes.R,
                           lanes.k < lanes.R, row_states[item.split * H + head]);
     }
 }
@@ -376,6 +401,57 @@ __device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_
     }
     if (t < split.lead) stage[run_slot(t)] = lone_lead;
     if (tail + t < count) stage[run_slot(tail + t)] = lone_tail;
+}
+
+// Asynchronous copies global -> shared (cp.async, sm_80 and later) of ASYNC_BYTES each: one
+// float32, two float16 (one stage word), one float64.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define STAGE_ASYNC 1
+#else
+#define STAGE_ASYNC 0
+#endif
+constexpr int ASYNC_BYTES = sizeof(scalar_t) > 4 ? (int)sizeof(scalar_t) : 4;
+constexpr int ASYNC_ELEMENTS = ASYNC_BYTES / (int)sizeof(scalar_t);
+
+// Copies `count` elements of src (global, ASYNC_BYTES-aligned) to the stage slots
+// run_slot(0 .. count) with cp.async, thread t of the T that share the stage taking units
+// (ASYNC_ELEMENTS elements) t, t + T, ...: a warp's copy reads 32 consecutive units, and
+// every unit of the stage is in flight at once, held in no register. Readers wait for them
+// with stage_wait, then synchronize the T threads.
+__device__ __forceinline__ void stage_in_async(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
+#if STAGE_ASYNC
+    const int units = count / ASYNC_ELEMENTS;
+    for (int u = t; u < units; u += T) {
+        const unsigned int to = (unsigned int)__cvta_generic_to_shared(stage + run_slot(u * ASYNC_ELEMENTS));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(to), "l"(src + u * ASYNC_ELEMENTS),
+                     "n"(ASYNC_BYTES)
+                     : "memory");
+    }
+    // float16: an odd count leaves one element, copied through a register.
+    if (ASYNC_ELEMENTS > 1 && count % ASYNC_ELEMENTS != 0 && t == 0) stage[run_slot(count - 1)] = __ldg(src + count - 1);
+#endif
+}
+
+// Waits for this thread's stage_in_async copies.
+__device__ __forceinline__ void stage_wait() {
+#if STAGE_ASYNC
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Stages `count` elements of src: asynchronously (stage_in_async) where the architecture and
+// src's alignment allow it, else through registers (stage_in). The caller calls stage_wait,
+// then synchronizes its threads, before reading the stage.
+template <int BATCH>
+__device__ __forceinline__ void stage_load(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
+    // An element is aligned to its own size, so float32 and float64 always copy asynchronously
+    // (and their kernels hold no registers for the other path); float16 needs an even offset.
+    constexpr bool ALIGNED = sizeof(scalar_t) >= ASYNC_BYTES;
+    if (STAGE_ASYNC && (ALIGNED || reinterpret_cast<unsigned long long>(src) % ASYNC_BYTES == 0)) {
+        stage_in_async(src, count, stage, t, T);
+    } else {
+        stage_in<BATCH>(src, count, stage, t, T);
+    }
 }
 
 // Copies the stage slots run_slot(0 .. count) to `count` elements of dst (global), threads
@@ -628,8 +704,9 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
     scalar_t* stage_a = stage[warp][0];
     scalar_t* stage_g = stage[warp][ARRAYS - 1];
     const i64 base = first * H;
-    stage_in<run_chunk_batch(ARRAYS)>(a + base, width, stage_a, lane, WARP);
-    if (softmax_reads_grad(MODE)) stage_in<run_chunk_batch(ARRAYS)>(g + base, width, stage_g, lane, WARP);
+    stage_load<run_chunk_batch(ARRAYS)>(a + base, width, stage_a, lane, WARP);
+    if (softmax_reads_grad(MODE)) stage_load<run_chunk_batch(ARRAYS)>(g + base, width, stage_g, lane, WARP);
+    stage_wait();
     __syncwarp();
     stage_softmax<MODE, false>(stage_a, stage_g, offsets[warp], rows, row0, H, lane, WARP, lse_in, lse_out, nullptr);
     if (MODE == SOFTMAX_LSE) return;
@@ -660,9 +737,10 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows
         offsets[1] = width;
     }
     const i64 base = first * H;
-    stage_in<run_chunk_batch(ARRAYS)>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
+    stage_load<run_chunk_batch(ARRAYS)>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
     if (softmax_reads_grad(MODE))
-        stage_in<run_chunk_batch(ARRAYS)>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
+        stage_load<run_chunk_batch(ARRAYS)>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
+    stage_wait();
     __syncthreads();
     stage_softmax<MODE, true>(stage[0], stage[ARRAYS - 1], offsets, 1, row, H, threadIdx.x, BLOCK_THREADS, lse_in,
                               lse_out, spill);

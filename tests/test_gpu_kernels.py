@@ -296,22 +296,27 @@ def test_special_rows_on_gpu(cupy, plan_limits):
 
 
 @pytest.mark.parametrize(
-    "run_rows,block_floor",
-    [(0, False), (0, 0), (1, None), (4, None), (64, 0)],
-    ids=["unstaged", "block-rows", "runs-1", "runs-4", "runs-64-block-rows"],
+    "run_rows,block_floor,single_floor",
+    [(0, False, None), (0, 0, None), (1, None, None), (4, None, None), (64, 0, None), (64, False, 0)],
+    ids=["unstaged", "block-rows", "runs-1", "runs-4", "runs-64-block-rows", "runs-64-single-rows"],
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("heads", [None, 1, 3, 8, 40], ids=str)
-def test_softmax_strategies_match_cpu(cupy, plan_limits, monkeypatch, run_rows, block_floor, dtype, heads):
+def test_softmax_strategies_match_cpu(
+    cupy, plan_limits, monkeypatch, run_rows, block_floor, single_floor, dtype, heads
+):
     """The row-wise softmax kernels with runs of consecutive rows off (0) and forced to 1, 4
-    and 64 rows per run, and with one block per row for every whole row that fits a block's
-    stage (block floor 0) or none (False), each mode (edge_softmax and its backward; the row
-    lse and the in-place grad_scores of attention_aggregate_backward), on rows that are
-    empty, all -inf, hold a NaN or a +inf, beside ordinary rows and a hub row."""
+    and 64 rows per run, with one block per row for every whole row that fits a block's stage
+    (block floor 0) or none (False), and with every other whole row that fits a warp's stage
+    staged alone (single-row floor 0), each mode (edge_softmax and its backward; the row lse
+    and the in-place grad_scores of attention_aggregate_backward), on rows that are empty, all
+    -inf, hold a NaN or a +inf, beside ordinary rows and a hub row."""
     from cupy_csrattn.gpu import replay
 
     monkeypatch.setattr(plan, "RUN_ROWS", run_rows)
     monkeypatch.setattr(plan, "BLOCK_ROW_FLOOR", block_floor)
+    if single_floor is not None:
+        monkeypatch.setattr(plan, "SINGLE_ROW_FLOOR", single_floor)
     monkeypatch.setattr(replay, "ENABLED", False)
     rng = np.random.default_rng(13)
     g = _graph(rng, np.int32, num_dst=150, hub=700)

@@ -86,3 +86,40 @@ def test_plan_items_longest_first(monkeypatch, degrees, whole_row_edges, chunk_e
         assert count == -(-degrees[row] // chunk) <= plan.MAX_CHUNKS
         assert (items[:-1, 2] - items[:-1, 1] == chunk).all() and items[-1, 2] > items[-1, 1]
     assert len(split) == built.split_rows[:, 2].sum()
+
+
+class _LayoutGraph(_Graph):
+    """A graph for the softmax layout: its indptr and a cache that builds on every use."""
+
+    def __init__(self, degrees):
+        super().__init__(degrees)
+        self.num_edges = int(self.indptr[-1])
+
+    def cached(self, key, build):
+        return build()
+
+
+@pytest.mark.parametrize(
+    "single_floor,want_single",
+    [(None, [2, 3]), (False, []), (0, [1, 2, 3, 5])],  # row 0 is empty: a lane group's
+    ids=["default", "off", "floor-0"],
+)
+def test_softmax_layout_takes_each_row_once(monkeypatch, single_floor, want_single):
+    """The softmax layout (NumPy standing in for CuPy), H = 8, a warp's stage of 1024 elements,
+    runs of 4 rows: the one run that fits, the rows wider than the stage that fit a block's,
+    the rows staged alone (wider than SINGLE_ROW_FLOOR, 256 elements by default, and fitting
+    a warp's stage), the short rows in lane groups and the rest as items: each whole row once."""
+    monkeypatch.setattr(backend, "cupy", np)
+    if single_floor is not None:
+        monkeypatch.setattr(plan, "SINGLE_ROW_FLOOR", single_floor)
+    degrees = [0, 3, 40, 100, 129, 5, 600, 2000, 1, 64]
+    layout = plan._build_softmax_layout(_LayoutGraph(degrees), 8, 1024, 4)
+    assert layout.runs.tolist() == [2]  # rows 8, 9: 65 edges x 8 heads <= 1024
+    assert layout.block_rows.tolist() == [4, 6]  # 1032 and 4800 elements
+    assert layout.single_rows.tolist() == want_single
+    group_rows = [row for _, rows in layout.groups for row in rows.tolist()]
+    item_rows = layout.items[: layout.num_whole, 0].tolist()
+    taken = [8, 9] + layout.block_rows.tolist() + want_single + group_rows + item_rows
+    assert sorted(taken) == [row for row, degree in enumerate(degrees) if degree <= plan.WHOLE_ROW_EDGES]
+    monkeypatch.setattr(plan, "RUN_ROWS", 0)  # no runs: no rows staged alone either
+    assert plan._build_softmax_layout(_LayoutGraph(degrees), 8, 1024, 0).single_rows.tolist() == []

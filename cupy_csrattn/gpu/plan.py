@@ -103,6 +103,11 @@ RUN_ROWS = None
 #: Whole rows wider than this many elements (None: a warp's stage) whose edges fit a block's
 #: stage take one block each (softmax_block_rows); tests lower it, False turns it off.
 BLOCK_ROW_FLOOR = None
+#: Whole rows wider than this many elements that fit a warp's stage and that no run or block
+#: takes are staged alone, as runs of one row (softmax_runs with R = 1), instead of being
+#: read twice by softmax_rows, which keeps only rows of up to 8 elements per lane (CACHED in
+#: softmax.cu) in registers. False turns this off; so does RUN_ROWS = 0 (no runs at all).
+SINGLE_ROW_FLOOR = 8 * WARP
 
 
 class SoftmaxLayout:
@@ -112,16 +117,18 @@ class SoftmaxLayout:
     run_rows, runs, num_runs: runs of run_rows consecutive rows whose edges fit a warp's
     stage; runs lists the runs taken, or is None when that is every run.
     block_rows: the rows that take a block each (softmax_block_rows).
+    single_rows: the rows staged alone, each a run of one row (softmax_runs with R = 1).
     groups: (S, rows) pairs; each row of `rows` gets S lanes (degree * H <= S <= WARP).
     items, num_whole: the plan's items without the rows that went to runs, blocks or groups.
     """
 
-    def __init__(self, plan, run_rows, runs, num_runs, block_rows, groups, items, num_whole):
+    def __init__(self, plan, run_rows, runs, num_runs, block_rows, single_rows, groups, items, num_whole):
         self.plan = plan
         self.run_rows = run_rows
         self.runs = runs
         self.num_runs = num_runs
         self.block_rows = block_rows
+        self.single_rows = single_rows
         self.groups = groups
         self.items = items
         self.num_items = len(items)
@@ -183,6 +190,17 @@ def _block_rows(degrees, heads, capacity, free):
     return cupy.flatnonzero(fits & free).astype(np.int64)  # host sync
 
 
+def _single_rows(degrees, heads, capacity, free):
+    """The whole rows, of those `free`, staged alone: wider than SINGLE_ROW_FLOOR elements and
+    fitting a warp's stage (see SINGLE_ROW_FLOOR)."""
+    cupy = backend.cupy
+    if SINGLE_ROW_FLOOR is False or RUN_ROWS == 0 or heads == 0:
+        return cupy.zeros(0, dtype=np.int64)
+    width = degrees * heads
+    fits = (width > SINGLE_ROW_FLOOR) & (width <= capacity) & (degrees <= WHOLE_ROW_EDGES)
+    return cupy.flatnonzero(fits & free).astype(np.int64)  # host sync
+
+
 def _build_softmax_layout(graph, heads, capacity, run_rows):
     cupy = backend.cupy
     plan = plan_for(graph)
@@ -194,7 +212,9 @@ def _build_softmax_layout(graph, heads, capacity, run_rows):
         free = ~in_run
     block_rows = _block_rows(degrees, heads, capacity, free)
     free[block_rows] = False
-    staged = (run_rows, runs, num_runs, block_rows)
+    single_rows = _single_rows(degrees, heads, capacity, free)
+    free[single_rows] = False
+    staged = (run_rows, runs, num_runs, block_rows, single_rows)
     if heads == 0 or heads > MAX_BATCHED_HEADS or heads & (heads - 1):
         whole = plan.items[: plan.num_whole]
         left = whole[free[whole[:, 0]]]  # host sync
@@ -223,5 +243,5 @@ def softmax_layout(graph, heads, capacity):
     """The cached softmax layout of a GPU graph for `heads` heads and a stage of `capacity`
     elements per staged array (run_capacity)."""
     run_rows = _run_rows(graph, heads, capacity)
-    key = ("gpu_softmax_layout", heads, capacity, run_rows, BLOCK_ROW_FLOOR, WHOLE_ROW_EDGES)
+    key = ("gpu_softmax_layout", heads, capacity, run_rows, BLOCK_ROW_FLOOR, SINGLE_ROW_FLOOR, WHOLE_ROW_EDGES)
     return graph.cached(key, lambda: _build_softmax_layout(graph, heads, capacity, run_rows))

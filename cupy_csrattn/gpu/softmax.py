@@ -10,8 +10,8 @@ from cupy_csrattn.gpu.sddmm import gather_edges
 def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
     """Softmax mode ``mode`` (forward, lse, grad_probs, grad_scores; see softmax.cu) over the
     rows of an (E, H) array ``a``: runs of short rows staged in a warp's shared memory, wider
-    rows in a block's, other short rows in lane groups, the others one warp per plan item,
-    split rows merged and then written."""
+    rows in a block's, rows that fit a warp's stage but no run staged alone, other short rows
+    in lane groups, the others one warp per plan item, split rows merged and then written."""
     heads = a.shape[1]
     dtype, index_dtype = a.dtype, graph.index_dtype
     layout = plans.softmax_layout(graph, heads, plans.run_capacity(dtype, 1 if g is None else 2))
@@ -38,6 +38,17 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
         runs=layout.runs,
         num_runs=layout.num_runs,
         R=layout.run_rows,
+        num_rows=graph.num_dst,
+        **whole_rows,
+    )
+    launch(
+        f"softmax_runs_{mode}",
+        dtype,
+        index_dtype,
+        warp_grid(len(layout.single_rows)),
+        runs=layout.single_rows,
+        num_runs=len(layout.single_rows),
+        R=1,
         num_rows=graph.num_dst,
         **whole_rows,
     )
