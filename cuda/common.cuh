@@ -69,8 +69,16 @@ __device__ __forceinline__ acc_t neg_inf() {
 __device__ __forceinline__ acc_t exp_acc(acc_t x) { return exp(x); }
 #else
 // One multiply and the hardware exp2: relative error about |x| * 6e-8, far inside the
-// float32 tolerance for the arguments that carry weight (x = s - max <= 0).
-__device__ __forceinline__ acc_t exp_acc(acc_t x) { return exp2f(x * 1.4426950408889634f); }
+// float32 tolerance for the arguments that carry weight (x = s - max <= 0). Results below
+// 2^-126 flush to zero (ex2.approx.ftz, one instruction; exp2f wraps the same instruction in
+// a range check and two multiplies to keep them): a weight that small against its row's
+// largest (which weighs 1) changes no float32 sum, and its probability becomes exactly 0
+// instead of a denormal.
+__device__ __forceinline__ acc_t exp_acc(acc_t x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+}
 #endif
 __device__ __forceinline__ acc_t log_acc(acc_t x) { return log(x); }
 
