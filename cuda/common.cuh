@@ -110,9 +110,16 @@ __device__ __forceinline__ acc_t score_weight(acc_t score, acc_t m) {
     return score == neg_inf() ? (acc_t)0 : exp_acc(score - m);
 }
 
-// max that propagates NaN (fmax would drop it: a NaN score must poison its row).
+// max that propagates NaN (fmax would drop it: a NaN score must poison its row). float32 on
+// sm_80 and later: max.NaN, one instruction for the compare-and-select of the generic form.
 __device__ __forceinline__ acc_t nan_max(acc_t a, acc_t b) {
+#if CSR_DTYPE != 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float m;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b));
+    return m;
+#else
     return (a != a || b != b) ? a + b : (a > b ? a : b);
+#endif
 }
 
 __device__ __forceinline__ SoftmaxState merge_states(SoftmaxState a, SoftmaxState b) {
