@@ -69,8 +69,16 @@ __device__ __forceinline__ acc_t neg_inf() {
 __device__ __forceinline__ acc_t exp_acc(acc_t x) { return exp(x); }
 #else
 // One multiply and the hardware exp2: relative error about |x| * 6e-8, far inside the
-// float32 tolerance for the arguments that carry weight (x = s - max <= 0).
-__device__ __forceinline__ acc_t exp_acc(acc_t x) { return exp2f(x * 1.4426950408889634f); }
+// float32 tolerance for the arguments that carry weight (x = s - max <= 0). Results below
+// 2^-126 flush to zero (ex2.approx.ftz, one instruction; exp2f wraps the same instruction in
+// a range check and two multiplies to keep them): a weight that small against its row's
+// largest (which weighs 1) changes no float32 sum, and its probability becomes exactly 0
+// instead of a denormal.
+__device__ __forceinline__ acc_t exp_acc(acc_t x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+}
 #endif
 __device__ __forceinline__ acc_t log_acc(acc_t x) { return log(x); }
 
@@ -102,9 +110,16 @@ __device__ __forceinline__ acc_t score_weight(acc_t score, acc_t m) {
     return score == neg_inf() ? (acc_t)0 : exp_acc(score - m);
 }
 
-// max that propagates NaN (fmax would drop it: a NaN score must poison its row).
+// max that propagates NaN (fmax would drop it: a NaN score must poison its row). float32 on
+// sm_80 and later: max.NaN, one instruction for the compare-and-select of the generic form.
 __device__ __forceinline__ acc_t nan_max(acc_t a, acc_t b) {
+#if CSR_DTYPE != 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float m;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b));
+    return m;
+#else
     return (a != a || b != b) ? a + b : (a > b ? a : b);
+#endif
 }
 
 __device__ __forceinline__ SoftmaxState merge_states(SoftmaxState a, SoftmaxState b) {

@@ -145,11 +145,13 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
 #pragma unroll
                 for (int k = 0; k < CACHED; ++k) m = nan_max(m, cached_a[k]);
                 row_state.m = head_reduce_to_all(m, Max(), lanes);
+                // 0 where the max is -inf, so that a -inf score (or an absent element) weighs
+                // exp(-inf) = 0 with no test per element (a NaN or +inf max makes the row NaN).
                 acc_t shift = row_state.m == neg_inf() ? (acc_t)0 : row_state.m;
                 acc_t l = 0;
 #pragma unroll
                 for (int k = 0; k < CACHED; ++k) {
-                    cached_a[k] = cached_a[k] == neg_inf() ? (acc_t)0 : exp_acc(cached_a[k] - shift);
+                    cached_a[k] = exp_acc(cached_a[k] - shift);
                     l += cached_a[k];
                 }
                 row_state.l = head_reduce_to_all(l, Sum(), lanes);
@@ -281,8 +283,8 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
     if (softmax_keeps_max(MODE)) {
         // The group's max, then one exp per element and the group's sum.
         acc_t m = span_allreduce(value, Max(), H, S);
-        acc_t shift = m == neg_inf() ? (acc_t)0 : m;
-        value = value == neg_inf() ? (acc_t)0 : exp_acc(value - shift);
+        acc_t shift = m == neg_inf() ? (acc_t)0 : m;  // a -inf score then weighs exp(-inf) = 0
+        value = exp_acc(value - shift);
         state.m = m;
         state.l = span_allreduce(value, Sum(), H, S);
     } else {
@@ -603,12 +605,13 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
             });
             item_allreduce<BLOCK>(m, Max(), L, spill);
 #pragma unroll
+            // 0 where the max is -inf: a -inf score then weighs exp(-inf) = 0, no test needed.
             for (int h = 0; h < V; ++h) shift[h] = m[h] == neg_inf() ? (acc_t)0 : m[h];
             for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, const StageHeads<V>& s) {
                 StageHeads<V> e;
 #pragma unroll
                 for (int h = 0; h < V; ++h) {
-                    e.v[h] = s.v[h] == neg_inf() ? (acc_t)0 : exp_acc(s.v[h] - shift[h]);
+                    e.v[h] = exp_acc(s.v[h] - shift[h]);
                     l[h] += e.v[h];
                 }
                 if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_stage_heads<V>(stage_a, i, e);
@@ -631,7 +634,7 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
                     StageHeads<V> p;
 #pragma unroll
                     for (int h = 0; h < V; ++h) {
-                        acc_t e = KEEP_EXP ? s.v[h] : (s.v[h] == neg_inf() ? (acc_t)0 : exp_acc(s.v[h] - shift[h]));
+                        acc_t e = KEEP_EXP ? s.v[h] : exp_acc(s.v[h] - shift[h]);
                         p.v[h] = e * inv[h];
                     }
                     store_stage_heads<V>(stage_a, i, p);
