@@ -3,9 +3,11 @@ launch to launch, through the CUDA driver API (ctypes): a replay (gpu/replay.py)
 call's kernels with one graph launch instead of one launch per kernel.
 
 Each kernel node holds its arguments in 8-byte slots of its own (a pointer, or a scalar in
-its low bytes). A launch hands every node its slots (cuGraphExecKernelNodeSetParams copies
-them; the change affects only later launches of the graph) and launches the graph on a
-stream. CUDA orders a graph's launch after its previous launch, on any stream.
+its low bytes). A launch hands each node whose slots changed since the executable last took
+them its new slots (cuGraphExecKernelNodeSetParams copies them; the change affects only later
+launches of the graph) and launches the graph on a stream: calls that repeat their addresses
+(a memory pool handing back the same blocks) set no parameters. CUDA orders a graph's launch
+after its previous launch, on any stream.
 
 ``driver()`` is None where the CUDA driver library or one of its functions is missing; the
 callers then launch kernel by kernel.
@@ -106,19 +108,25 @@ class KernelGraph:
             self._nodes.append(node)
             previous = node
         self._check(functions["GraphInstantiateWithFlags"](byref(self.executable), self.graph, 0))
+        # The slots each node of the executable holds: instantiation copies the nodes' own.
+        self._held = [bytes(values) for values in self.arguments]
 
     def _check(self, result):
         if result != _SUCCESS:
             raise GraphError(f"CUDA driver error {result} building a kernel graph")
 
     def launch(self, stream):
-        """Give every node its arguments and launch the graph on ``stream`` (a CUstream
-        address); False, with nothing launched, where the driver refuses."""
+        """Give each node whose arguments changed its new ones and launch the graph on
+        ``stream`` (a CUstream address); False, with nothing launched, where the driver refuses
+        (the graph is then not to be launched again)."""
         set_params = self._driver["GraphExecKernelNodeSetParams"]
-        executable = self.executable
-        for node, params in zip(self._nodes, self._params):
-            if set_params(executable, node, byref(params)) != _SUCCESS:
-                return False
+        executable, held = self.executable, self._held
+        for index, values in enumerate(self.arguments):
+            now = bytes(values)
+            if now != held[index]:
+                if set_params(executable, self._nodes[index], byref(self._params[index])) != _SUCCESS:
+                    return False
+                held[index] = now
         return self._driver["GraphLaunch"](executable, stream) == _SUCCESS
 
     def __del__(self):
