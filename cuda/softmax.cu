@@ -99,7 +99,8 @@ __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g
     }
     for (; e < end; e += R) {
         const i64 pos = e * H + head;
-        store_scalar(out + pos, result(load_scalar(a + pos), softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0));
+        const acc_t grad = softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0;
+        store_scalar(out + pos, result(load_scalar(a + pos), grad));
     }
 }
 
@@ -146,12 +147,12 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
                 for (int k = 0; k < CACHED; ++k) m = nan_max(m, cached_a[k]);
                 row_state.m = head_reduce_to_all(m, Max(), lanes);
                 // 0 where the max is -inf, so that a -inf score (or an absent element) weighs
-                // exp(-inf) = 0 with no test per element (a NaN or +inf max makes the row NaN).
+                // exp(-inf) = 0 (shifted_exp; a NaN or +inf max makes the row NaN).
                 acc_t shift = row_state.m == neg_inf() ? (acc_t)0 : row_state.m;
                 acc_t l = 0;
 #pragma unroll
                 for (int k = 0; k < CACHED; ++k) {
-                    cached_a[k] = exp_acc(cached_a[k] - shift);
+                    cached_a[k] = shifted_exp(cached_a[k], shift);
                     l += cached_a[k];
                 }
                 row_state.l = head_reduce_to_all(l, Sum(), lanes);
@@ -202,7 +203,7 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
         } else {
             SoftmaxState row_state = RowReduce<MODE>::to_all(state, lanes);
             write_edges<MODE, 1>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lane_edge, R, active,
-                              row_state);
+                                 row_state);
         }
     }
 }
@@ -236,10 +237,10 @@ __device__ __forceinline__ void softmax_merge(const i64* split_rows, i64 num_spl
 }
 
 // Edges per batch of the split rows' write pass: a lane walks up to WHOLE_ROW_EDGES / R edges
-// of its item, and one load at a time its loop waited on each (softmax_write_forward moved 1.5
-// TB/s on an R-MAT graph, H200). softmax_rows writes its unstaged whole rows one edge at a
-// time: a batch there costs registers (float32 softmax_rows_forward 40 -> 44-48, five blocks
-// per SM instead of six).
+// of its item, and loading one edge at a time its loop waited on each load
+// (softmax_write_forward moved 1.5 TB/s on an R-MAT graph, H200). softmax_rows writes its
+// unstaged whole rows one edge at a time: a batch there costs registers (float32
+// softmax_rows_forward 40 -> 44-48, five blocks per SM instead of six).
 constexpr int SPLIT_WRITE_BATCH = 8;
 
 // One warp per split item, lanes as in softmax_rows: applies its row's merged state to the
@@ -254,8 +255,8 @@ __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i
     for (int head0 = 0; head0 < H; head0 += WARP) {
         const HeadLanes lanes = head_lanes(min(WARP, H - head0));
         int head = head0 + lanes.h;
-        write_edges<MODE, SPLIT_WRITE_BATCH>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lanes.k, lanes.R,
-                          lanes.k < lanes.R, row_states[item.split * H + head]);
+        write_edges<MODE, SPLIT_WRITE_BATCH>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lanes.k,
+                                             lanes.R, lanes.k < lanes.R, row_states[item.split * H + head]);
     }
 }
 
@@ -284,7 +285,7 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
         // The group's max, then one exp per element and the group's sum.
         acc_t m = span_allreduce(value, Max(), H, S);
         acc_t shift = m == neg_inf() ? (acc_t)0 : m;  // a -inf score then weighs exp(-inf) = 0
-        value = exp_acc(value - shift);
+        value = shifted_exp(value, shift);
         state.m = m;
         state.l = span_allreduce(value, Sum(), H, S);
     } else {
@@ -430,7 +431,8 @@ __device__ __forceinline__ void stage_in_async(const scalar_t* src, int count, s
                      : "memory");
     }
     // float16: an odd count leaves one element, copied through a register.
-    if (ASYNC_ELEMENTS > 1 && count % ASYNC_ELEMENTS != 0 && t == 0) stage[run_slot(count - 1)] = __ldg(src + count - 1);
+    if (ASYNC_ELEMENTS > 1 && count % ASYNC_ELEMENTS != 0 && t == 0)
+        stage[run_slot(count - 1)] = __ldg(src + count - 1);
 #endif
 }
 
@@ -605,13 +607,13 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
             });
             item_allreduce<BLOCK>(m, Max(), L, spill);
 #pragma unroll
-            // 0 where the max is -inf: a -inf score then weighs exp(-inf) = 0, no test needed.
+            // 0 where the max is -inf: a -inf score then weighs exp(-inf) = 0 (shifted_exp).
             for (int h = 0; h < V; ++h) shift[h] = m[h] == neg_inf() ? (acc_t)0 : m[h];
             for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, const StageHeads<V>& s) {
                 StageHeads<V> e;
 #pragma unroll
                 for (int h = 0; h < V; ++h) {
-                    e.v[h] = exp_acc(s.v[h] - shift[h]);
+                    e.v[h] = shifted_exp(s.v[h], shift[h]);
                     l[h] += e.v[h];
                 }
                 if (MODE == SOFTMAX_FORWARD && KEEP_EXP) store_stage_heads<V>(stage_a, i, e);
@@ -634,7 +636,7 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
                     StageHeads<V> p;
 #pragma unroll
                     for (int h = 0; h < V; ++h) {
-                        acc_t e = KEEP_EXP ? s.v[h] : exp_acc(s.v[h] - shift[h]);
+                        acc_t e = KEEP_EXP ? s.v[h] : shifted_exp(s.v[h], shift[h]);
                         p.v[h] = e * inv[h];
                     }
                     store_stage_heads<V>(stage_a, i, p);
