@@ -754,6 +754,17 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows
     stage_out(stage[0], width, out + base, threadIdx.x, BLOCK_THREADS);
 }
 
+// Blocks per SM the staged kernels (softmax_runs, softmax_block_rows) are compiled for: their
+// stage (BLOCK_WARPS * RUN_STAGE_BYTES, padded, and the offsets) lets six blocks share an SM's
+// 228 KB of shared memory (H100, H200). float32 fits six in registers too (40 per thread, no
+// spills; 48 and so five blocks uncapped); float16 and float64 would spill (ptxas, sm_90).
+// (A minimum of one block is not the same to ptxas as none: it changes float16's registers.)
+#if CSR_DTYPE == 0
+#define STAGE_LAUNCH_BOUNDS __launch_bounds__(BLOCK_THREADS, 6)
+#else
+#define STAGE_LAUNCH_BOUNDS __launch_bounds__(BLOCK_THREADS)
+#endif
+
 #define SOFTMAX_ENTRY_POINTS(MODE, NAME)                                                                       \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
         softmax_rows_##NAME(const i64* items, i64 num_items, i64 num_whole, int H, const scalar_t* a,         \
@@ -772,13 +783,13 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows
                              const SoftmaxState* row_states) {                                                \
         softmax_write<MODE>(items, num_items, num_whole, H, a, g, lse_in, out, row_states);                  \
     }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
+    extern "C" __global__ void STAGE_LAUNCH_BOUNDS                                                            \
         softmax_runs_##NAME(const i64* runs, i64 num_runs, int R, i64 num_rows, int H, const i64* indptr,     \
                             const scalar_t* a, const scalar_t* g, const lse_t* lse_in, scalar_t* out,        \
                             lse_t* lse_out) {                                                                 \
         softmax_runs<MODE>(runs, num_runs, R, num_rows, H, indptr, a, g, lse_in, out, lse_out);              \
     }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
+    extern "C" __global__ void STAGE_LAUNCH_BOUNDS                                                            \
         softmax_block_rows_##NAME(const i64* rows, i64 num_rows, int H, const i64* indptr, const scalar_t* a, \
                                   const scalar_t* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {   \
         softmax_block_rows<MODE>(rows, num_rows, H, indptr, a, g, lse_in, out, lse_out);                      \
