@@ -249,9 +249,12 @@ template <int MODE>
 __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i64 num_whole, int H,
                                               const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
                                               scalar_t* out, const SoftmaxState* row_states) {
-    i64 index;
-    Item item;
-    if (!warp_item(items, num_whole, num_items, index, item)) return;
+    // The split items in reverse plan order: softmax_rows, launched just before (softmax_merge
+    // between them reads only the partial states), read them last, so the last it read are
+    // the likeliest to be in L2 still; taking those first rereads them from there.
+    const i64 index = num_items - 1 - grid_warp();
+    if (index < num_whole) return;
+    const Item item = plan_item(items, index);
     for (int head0 = 0; head0 < H; head0 += WARP) {
         const HeadLanes lanes = head_lanes(min(WARP, H - head0));
         int head = head0 + lanes.h;
