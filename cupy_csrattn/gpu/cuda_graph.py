@@ -1,6 +1,7 @@
 """A fixed sequence of kernel launches as one CUDA graph whose kernel arguments change from
 launch to launch, through the CUDA driver API (ctypes): a replay (gpu/replay.py) issues a
-call's kernels with one graph launch instead of one launch per kernel.
+call's kernels with one graph launch instead of one launch per kernel, and a call of one
+kernel with one cuLaunchKernel on argument slots of the same kind (KernelLaunch).
 
 Each kernel node holds its arguments in 8-byte slots of its own (a pointer, or a scalar in
 its low bytes). A launch hands each node whose slots changed since the executable last took
@@ -51,6 +52,8 @@ _SIGNATURES = {
     "cuGraphLaunch": (c_void_p, c_void_p),
     "cuGraphExecDestroy": (c_void_p,),
     "cuGraphDestroy": (c_void_p,),
+    # function, grid x, y, z, block x, y, z, shared memory bytes, stream, kernelParams, extra
+    "cuLaunchKernel": (c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p, c_void_p, c_void_p),
 }
 
 
@@ -80,6 +83,14 @@ class GraphError(RuntimeError):
     pass
 
 
+def _argument_slots(slots):
+    """(values, pointers): a kernel's 8-byte argument slots holding ``slots`` and the array of
+    their addresses that a launch takes as its kernelParams."""
+    values = (ctypes.c_uint64 * max(len(slots), 1))(*slots)
+    pointers = (c_void_p * max(len(slots), 1))(*(ctypes.addressof(values) + 8 * i for i in range(len(slots))))
+    return values, pointers
+
+
 class KernelGraph:
     """Kernels launched one after the other as one CUDA graph.
 
@@ -96,8 +107,7 @@ class KernelGraph:
         self._check(functions["GraphCreate"](byref(self.graph), 0))
         previous = None
         for function, grid, block, slots in launches:
-            values = (ctypes.c_uint64 * max(len(slots), 1))(*slots)
-            pointers = (c_void_p * max(len(slots), 1))(*(ctypes.addressof(values) + 8 * i for i in range(len(slots))))
+            values, pointers = _argument_slots(slots)
             params = KernelNodeParams(function, *grid, *block, 0, ctypes.addressof(pointers), None, None, None)
             node = c_void_p()
             dependencies, count = (byref(previous), 1) if previous is not None else (None, 0)
@@ -137,3 +147,23 @@ class KernelGraph:
                 self._driver["GraphDestroy"](self.graph)
         except Exception:  # noqa: BLE001 - the driver may be gone at interpreter exit
             pass
+
+
+class KernelLaunch:
+    """One kernel launched through cuLaunchKernel, its arguments in 8-byte slots as a
+    KernelGraph node's are: ``launches`` holds one (function, grid, block, slots), and
+    ``arguments[0]`` is written before ``launch``. Neither a graph launch nor CuPy's launch,
+    which converts every argument on each call."""
+
+    def __init__(self, functions, launches):
+        ((function, grid, block, slots),) = launches
+        self._launch_kernel = functions["LaunchKernel"]
+        values, self._pointers = _argument_slots(slots)
+        self.arguments = [values]
+        self._shape = (function, *grid, *block, 0)  # function, grid, block, no dynamic shared memory
+        self._params = ctypes.addressof(self._pointers)
+
+    def launch(self, stream):
+        """Launch the kernel on ``stream`` (a CUstream address) with the slots' values; False,
+        with nothing launched, where the driver refuses."""
+        return self._launch_kernel(*self._shape, stream, self._params, None) == _SUCCESS
