@@ -103,8 +103,8 @@ def main(out_path=None, profile=False):
     records = dict(
         bare_host_us=bare_host * 1e6, bare_back_to_back_us=bare_back * 1e6, bare_synced_us=bare_synced * 1e6, cases=[]
     )
-    for name, fn in cases(np.random.default_rng(0), graph.num_edges, graph.num_dst, graph.num_src):
-        call = partial(fn, package=cupy_csrattn, graph=graph)
+    for name, make in cases(np.random.default_rng(0), graph.num_edges, graph.num_dst, graph.num_src):
+        call = partial(make(), package=cupy_csrattn, graph=graph)
         call()  # plan, transpose, compilation
         host, back, synced, count = host_time(call), back_to_back_time(call), synced_time(call), launches_per_call(call)
         graph_launch = captured(call)

@@ -4,14 +4,18 @@ graphs and inputs (this library's ops only, no baselines): is a change faster or
 Run on a machine with a GPU, from the repository root:
     git archive OLD_COMMIT | tar -x -C /tmp/old
     python3 benchmarks/compare_trees.py /tmp/old . results.json [GRAPH ...] [--case TEXT ...]
+        [--tree NAME=TREE ...]
 Each case runs old, new, old, new (median of REPEAT event-timed calls each, through the new
 tree's cupy_csrattn.bench.timing.time_gpu);
-the two runs of the old tree give the run-to-run noise. The graphs come from the new tree's
-cupy_csrattn.datasets: a uniform graph of 1M rows and 16M edges, an R-MAT graph of scale
-20, a 384-row graph (per-call cost) and a dense graph of 100k rows and 50M edges. With
---case, only the cases whose name contains one of the TEXTs run.
+the two runs of the old tree give the run-to-run noise. --tree adds checkouts timed in the
+same rounds after new, each record giving their times and ratios to old under "more". The
+graphs come from the new tree's cupy_csrattn.datasets: a uniform graph of 1M rows and 16M
+edges, an R-MAT graph of scale 20, a 384-row graph (per-call cost) and a dense graph of 100k
+rows and 50M edges. With --case, only the cases whose name contains one of the TEXTs run (and
+draw inputs, on the GPU). The JSON is written after each case.
 """
 
+import argparse
 import json
 import statistics
 import sys
@@ -54,65 +58,83 @@ def graphs(datasets, names):
     return {name: (np.asarray(g.indptr), np.asarray(g.indices), g.num_src) for name, g in built.items()}
 
 
-def _random(rng, *shape, dtype=np.float32):
-    return cupy.asarray(rng.standard_normal(shape).astype(dtype))
+def _inputs(rng, *shapes, dtype=np.float32):
+    """A function returning standard normal arrays of ``shapes``, drawn (with rng, a NumPy
+    Generator or a cupy.random.RandomState) at its first call and kept: the cases sharing them
+    see the same arrays, and cases that do not run draw nothing."""
+    drawn = []
+    kind = np.float64 if np.dtype(dtype) == np.float64 else np.float32
+
+    def get():
+        if not drawn:
+            drawn.extend(cupy.asarray(rng.standard_normal(shape, dtype=kind)).astype(dtype) for shape in shapes)
+        return drawn
+
+    return get
+
+
+def _pick(inputs, *positions):
+    """A function returning the arrays of inputs() at positions."""
+    return lambda: [inputs()[i] for i in positions]
 
 
 def cases(rng, num_edges, num_dst, num_src):
-    """[(name, fn(package, graph))]: the core ops and the fused attentions, forward and backward."""
+    """[(name, make)]: the core ops and the fused attentions, forward and backward; make()
+    draws the case's inputs (cupy.random.RandomState rng: on the GPU, where drawing the large
+    graphs' inputs on the host took longer than timing them) and returns fn(package, graph)."""
     E, Nd, Ns = num_edges, num_dst, num_src
     result = []
+
+    def add(name, fn, *args, inputs):
+        result.append((name, lambda: partial(fn, *args, *inputs())))
+
     for H, dt in ((8, np.float32), (1, np.float32), (8, np.float16), (8, np.float64)):
-        s = _random(rng, E, H, dtype=dt)
-        result.append((f"edge_softmax H={H} {np.dtype(dt).name}", partial(_call, "edge_softmax", s)))
-    result.append(("edge_softmax_backward H=8", partial(_call, "edge_softmax_backward", *_many(rng, (E, 8), (E, 8)))))
+        add(f"edge_softmax H={H} {np.dtype(dt).name}", _call, "edge_softmax", inputs=_inputs(rng, (E, H), dtype=dt))
+    add("edge_softmax_backward H=8", _call, "edge_softmax_backward", inputs=_inputs(rng, (E, 8), (E, 8)))
     for dt in (np.float16, np.float64):
-        probs, grad = _random(rng, E, 8, dtype=dt), _random(rng, E, 8, dtype=dt)
         name = f"edge_softmax_backward H=8 {np.dtype(dt).name}"
-        result.append((name, partial(_call, "edge_softmax_backward", probs, grad)))
+        add(name, _call, "edge_softmax_backward", inputs=_inputs(rng, (E, 8), (E, 8), dtype=dt))
     for H, F, dt in ((1, 64, np.float32), (8, 16, np.float32), (8, 16, np.float16)):
-        s, v = _random(rng, E, H, dtype=dt), _random(rng, Ns, H, F, dtype=dt)
+        s_v = _inputs(rng, (E, H), (Ns, H, F), dtype=dt)
         tag = f"H={H} F={F} {np.dtype(dt).name}"
-        result.append((f"attention_aggregate {tag}", partial(_call, "attention_aggregate", s, v)))
+        add(f"attention_aggregate {tag}", _call, "attention_aggregate", inputs=s_v)
         if dt == np.float32:
-            result.append((f"spmm {tag}", partial(_call, "spmm", s, v)))
-    s, v, go = _many(rng, (E, 8), (Ns, 8, 16), (Nd, 8, 16))
-    result.append(("attention_aggregate_backward H=8 F=16", partial(_call, "attention_aggregate_backward", s, v, go)))
-    result.append(("spmm_backward H=8 F=16", partial(_call, "spmm_backward", s, v, go)))
-    result.append(("sddmm H=8 D=16", partial(_call, "sddmm", *_many(rng, (Nd, 8, 16), (Ns, 8, 16)))))
+            add(f"spmm {tag}", _call, "spmm", inputs=s_v)
+    s_v_go = _inputs(rng, (E, 8), (Ns, 8, 16), (Nd, 8, 16))
+    add("attention_aggregate_backward H=8 F=16", _call, "attention_aggregate_backward", inputs=s_v_go)
+    add("spmm_backward H=8 F=16", _call, "spmm_backward", inputs=s_v_go)
+    add("sddmm H=8 D=16", _call, "sddmm", inputs=_inputs(rng, (Nd, 8, 16), (Ns, 8, 16)))
     for H, F, dt in ((8, 16, np.float32), (4, 64, np.float32), (8, 16, np.float16), (4, 64, np.float16)):
-        shapes = (Nd, H, F), (Ns, H, F), (Ns, H, F), (Nd, H, F), (Nd, H), (Ns, H)
-        q, k, v, go, a_dst, a_src = (_random(rng, *shape, dtype=dt) for shape in shapes)
+        drawn = _inputs(rng, (Nd, H, F), (Ns, H, F), (Ns, H, F), (Nd, H, F), (Nd, H), (Ns, H), dtype=dt)
+        dot, gat = _pick(drawn, 0, 1, 2, 3), _pick(drawn, 4, 5, 2, 3)  # q, k, v, go; a_dst, a_src, v, go
         saved = {}
         tag = f"H={H} F={F}" + ("" if dt == np.float32 else f" {np.dtype(dt).name}")
-        result += [
-            (f"graph_attention {tag}", partial(_forward, saved, "graph_attention", q, k, v)),
-            (f"graph_attention_backward {tag}", partial(_backward, saved, "graph_attention", (q, k, v), go)),
-            (f"gat_attention {tag}", partial(_forward, saved, "gat_attention", a_dst, a_src, v)),
-            (f"gat_attention_backward {tag}", partial(_backward, saved, "gat_attention", (a_dst, a_src, v), go)),
-        ]
+        add(f"graph_attention {tag}", _forward, saved, "graph_attention", inputs=dot)
+        add(f"graph_attention_backward {tag}", _backward, saved, "graph_attention", inputs=dot)
+        add(f"gat_attention {tag}", _forward, saved, "gat_attention", inputs=gat)
+        add(f"gat_attention_backward {tag}", _backward, saved, "gat_attention", inputs=gat)
     return result
-
-
-def _many(rng, *shapes):
-    return [_random(rng, *shape) for shape in shapes]
 
 
 def _call(op, *args, package, graph):
     getattr(package, op)(graph, *args)
 
 
-def _forward(saved, op, *args, package, graph):
-    """The forward, keeping out and lse (per package) for the backward case that follows."""
-    saved[op, id(package)] = getattr(package, op)(graph, *args, return_lse=True)
+def _forward(saved, op, *inputs_and_grad, package, graph):
+    """The forward (inputs_and_grad: its inputs, then the backward's grad_out), keeping out and
+    lse (per package) for the backward case that follows."""
+    saved[op, id(package)] = getattr(package, op)(graph, *inputs_and_grad[:-1], return_lse=True)
 
 
-def _backward(saved, op, inputs, grad_out, *, package, graph):
+def _backward(saved, op, *inputs_and_grad, package, graph):
+    if (op, id(package)) not in saved:  # the forward's case did not run (--case)
+        _forward(saved, op, *inputs_and_grad, package=package, graph=graph)
     out, lse = saved[op, id(package)]
-    getattr(package, op + "_backward")(graph, *inputs, out, grad_out, lse)
+    getattr(package, op + "_backward")(graph, *inputs_and_grad[:-1], out, inputs_and_grad[-1], lse)
 
 
-def main(old_tree, new_tree, out_path, *names, case_filter=()):
+def main(old_tree, new_tree, out_path, *names, case_filter=(), more_trees=()):
+    """more_trees: (name, tree) pairs timed beside old and new."""
     new = load(new_tree)
     # The new tree's timer (an older tree may have none); it keeps working after load() below
     # drops the new tree's modules from sys.modules.
@@ -120,36 +142,40 @@ def main(old_tree, new_tree, out_path, *names, case_filter=()):
 
     time_call = partial(time_gpu, repeat=REPEAT, warmup=WARMUP)
     arrays = graphs(new.datasets, names or list(GRAPHS))
-    packages = {"old": load(old_tree), "new": new}
+    packages = {"new": new, **{tag: load(tree) for tag, tree in more_trees}, "old": load(old_tree)}
+    order = ["old", "new"] + [tag for tag, _ in more_trees]
+    gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    trees = dict(old=old_tree, new=new_tree, **dict(more_trees))
     records = []
     for name, (indptr, indices, num_src) in arrays.items():
         on_gpu = cupy.asarray(indptr), cupy.asarray(indices)
         graph_of = {tag: package.CSRGraph(*on_gpu, num_src) for tag, package in packages.items()}
         num_edges, num_dst = len(indices), len(indptr) - 1
         print(f"-- {name}: {num_dst} rows, {num_edges} edges, max degree {int(np.diff(indptr).max())}", flush=True)
-        for case, fn in cases(np.random.default_rng(0), num_edges, num_dst, num_src):
+        for case, make in cases(cupy.random.RandomState(0), num_edges, num_dst, num_src):
             if case_filter and not any(text in case for text in case_filter):
                 continue
-            times = {"old": [], "new": []}
-            for tag in ("old", "new", "old", "new"):
+            fn = make()
+            times = {tag: [] for tag in order}
+            for tag in order + order:
                 times[tag].append(time_call(partial(fn, package=packages[tag], graph=graph_of[tag])))
-            old_ms, new_ms = statistics.mean(times["old"]), statistics.mean(times["new"])
-            noise = abs(times["old"][0] - times["old"][1]) / old_ms
-            records.append(
-                dict(
-                    graph=name, case=case, old_ms=times["old"], new_ms=times["new"], ratio=new_ms / old_ms, noise=noise
-                )
-            )
+            ms = {tag: statistics.mean(t) for tag, t in times.items()}
+            noise = abs(times["old"][0] - times["old"][1]) / ms["old"]
+            record = dict(graph=name, case=case, old_ms=times["old"], new_ms=times["new"])
+            record.update(ratio=ms["new"] / ms["old"], noise=noise)
+            if more_trees:
+                record["more"] = {tag: dict(ms=times[tag], ratio=ms[tag] / ms["old"]) for tag, _ in more_trees}
+            records.append(record)
+            more = "".join(f"  {tag} {ms[tag]:9.4f} ms {ms[tag] / ms['old']:5.3f}" for tag, _ in more_trees)
             print(
-                f"{name:>11} {case:<42} old {old_ms:9.4f} ms  new {new_ms:9.4f} ms  new/old {new_ms / old_ms:5.3f}"
-                f"  (old run-to-run {noise * 100:4.1f}%)",
+                f"{name:>11} {case:<42} old {ms['old']:9.4f} ms  new {ms['new']:9.4f} ms  new/old "
+                f"{ms['new'] / ms['old']:5.3f}{more}  (old run-to-run {noise * 100:4.1f}%)",
                 flush=True,
             )
+            with open(out_path, "w") as file:  # after each case: a run cut short keeps what it timed
+                json.dump(dict(gpu=gpu, trees=trees, records=records), file, indent=1)
         del graph_of, on_gpu
         cupy.get_default_memory_pool().free_all_blocks()
-        gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-        with open(out_path, "w") as file:
-            json.dump(dict(gpu=gpu, records=records), file, indent=1)
     ratios = [r["ratio"] for r in records]
     print(
         f"new/old over {len(ratios)} cases: median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, "
@@ -157,6 +183,31 @@ def main(old_tree, new_tree, out_path, *names, case_filter=()):
     )
 
 
+def _tree(text):
+    name, sep, tree = text.partition("=")
+    if not sep or not name or not tree or name in ("old", "new"):
+        raise argparse.ArgumentTypeError(f"--tree takes NAME=TREE, NAME neither old nor new; got {text!r}")
+    return name, tree
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("old_tree")
+    parser.add_argument("new_tree")
+    parser.add_argument("out_path")
+    parser.add_argument("graphs", nargs="*", metavar="GRAPH", help=f"of {sorted(GRAPHS)} (default: all)")
+    parser.add_argument("--case", nargs="+", default=(), metavar="TEXT", help="only cases whose name contains a TEXT")
+    parser.add_argument("--tree", nargs="+", type=_tree, default=(), metavar="NAME=TREE", help="more trees to time")
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
-    at = sys.argv.index("--case") if "--case" in sys.argv else len(sys.argv)
-    main(*sys.argv[1:at], case_filter=tuple(sys.argv[at + 1 :]))
+    args = _arguments(sys.argv[1:])
+    main(
+        args.old_tree,
+        args.new_tree,
+        args.out_path,
+        *args.graphs,
+        case_filter=tuple(args.case),
+        more_trees=tuple(args.tree),
+    )

@@ -803,6 +803,50 @@ def test_bench_attention_script_times_each_fused_backward_in_float16(monkeypatch
         assert all(dataclasses.replace(c, op=op) in cases for c in backward)
 
 
+def test_compare_trees_cases_run_each_op_and_draw_only_what_runs(monkeypatch):
+    """Every case of benchmarks/compare_trees.py calls its op with inputs of the right shapes
+    and order (run here on the CPU backend, the inputs kept on the host), a case draws its
+    inputs only when made, cases sharing inputs get the same arrays, and a fused backward whose
+    forward's case did not run makes that forward first."""
+    pytest.importorskip("cupy")
+    compare = load_benchmark("compare_trees")
+    monkeypatch.setattr(compare, "cupy", type("HostArrays", (), {"asarray": staticmethod(np.asarray)}))
+    graph = datasets.uniform_graph(40, 5, seed=1)
+    draws = []
+
+    class CountingRng:
+        def standard_normal(self, shape, dtype):
+            draws.append(shape)
+            return np.random.default_rng(len(draws)).standard_normal(shape, dtype=dtype)
+
+    cases = dict(compare.cases(CountingRng(), graph.num_edges, graph.num_dst, graph.num_src))
+    assert draws == [] and len(cases) == 31
+    backward = cases["graph_attention_backward H=4 F=64 float16"]()  # its forward's case not made
+    assert draws == [(40, 4, 64), (40, 4, 64), (40, 4, 64), (40, 4, 64), (40, 4), (40, 4)]
+    backward(package=ca, graph=graph)
+    spmm, aggregate = cases["spmm H=1 F=64 float32"](), cases["attention_aggregate H=1 F=64 float32"]()
+    assert spmm.args[1] is aggregate.args[1] and spmm.args[2] is aggregate.args[2]
+    for name, make in cases.items():
+        fn = make()
+        fn(package=ca, graph=graph)
+        inputs = [a for a in fn.args if isinstance(a, np.ndarray)]
+        want = "float16" if "float16" in name else "float64" if "float64" in name else "float32"
+        assert {a.dtype.name for a in inputs} == {want}, name
+    # each input drawn once: edge_softmax, its backwards, aggregate/spmm, their backward, sddmm, fused
+    assert len(draws) == 4 + 3 * 2 + 3 * 2 + 3 + 2 + 4 * 6
+
+
+def test_compare_trees_takes_more_trees_by_name():
+    pytest.importorskip("cupy")
+    compare = load_benchmark("compare_trees")
+    args = compare._arguments("old new out.json rmat-20 --case edge_softmax --tree a=/tmp/a b=/tmp/b".split())
+    assert (args.old_tree, args.new_tree, args.out_path, args.graphs) == ("old", "new", "out.json", ["rmat-20"])
+    assert args.case == ["edge_softmax"] and args.tree == [("a", "/tmp/a"), ("b", "/tmp/b")]
+    for bad in ("a", "=x", "old=x", "new=x", "a="):
+        with pytest.raises(SystemExit):
+            compare._arguments(["o", "n", "out.json", "--tree", bad])
+
+
 # ---------------------------------------------------------------------------------------
 # The CPU backend's fused backward: the faster formulation
 
