@@ -215,6 +215,7 @@ class FakeDriver:
 
     def __init__(self, refuse_launch=False):
         self.nodes, self.values, self.graph_launches, self.params_set, self.kernel_launches = [], {}, 0, 0, 0
+        self.dependencies = []  # per node, the (1-based) nodes it depends on
         self.refuse_launch = refuse_launch
 
     def functions(self):
@@ -235,8 +236,10 @@ class FakeDriver:
         return 0
 
     def _add(self, node, graph, dependencies, count, params):
-        assert count == (1 if self.nodes else 0), "each node follows the one before"
+        depends_on = [dependencies[i] for i in range(count)]
+        assert all(0 < n <= len(self.nodes) for n in depends_on), "a node depends on nodes added before it"
         self.nodes.append(params._obj)
+        self.dependencies.append(depends_on)
         return self._handle(node, len(self.nodes))
 
     def _instantiate(self, executable, graph, flags):
@@ -310,6 +313,54 @@ def test_records_of_several_kernels_launch_as_one_graph(public, monkeypatch, ref
     (record,) = graph.cache["replay records"].values()
     assert fake.graph_launches == (0 if refuse_launch else 3)
     assert (record._launcher is None) == refuse_launch
+
+
+def staged(graph, x):
+    """A stand-in op of four kernels, the middle two independent of each other:
+    mid = 2x + table; then, side by side, left = 2 mid + table and right = 3 mid + table;
+    then out = 2 left + table (right is the op's second result)."""
+    FULL_CALLS.append(1)
+    mid, left, right, out = (FakeArray(x.shape, x.dtype) for _ in range(4))
+    if replay.recording():
+        for array in (mid, left, right, out):
+            replay.note_allocation(array)
+
+    def launch(*args):
+        KERNEL((1,), (32,), args)
+        if replay.recording():
+            replay.note_launch(KERNEL, (1,), (32,), args)
+
+    launch(x, TABLE, mid, np.float32(2.0))
+    with replay.independent():
+        launch(mid, TABLE, left, np.float32(2.0))
+        with replay.independent():  # nested: the same block
+            launch(mid, TABLE, right, np.float32(3.0))
+    launch(left, TABLE, out, np.float32(2.0))
+    return out, right
+
+
+def test_independent_launches_are_one_stage_of_the_graph(public, monkeypatch):
+    """The kernels of an independent block become graph nodes that depend on the stage before
+    (not on each other), and the kernel after the block depends on all of them; replays give
+    the full call's results."""
+    fake = FakeDriver()
+    monkeypatch.setattr(cuda_graph, "driver", fake.functions)
+    op, graph = replay.replayed(staged), FakeGraph()
+    for seed in range(4):
+        x = _x(seed)
+        mid = np.float32(2.0) * x.values + TABLE.values
+        want_right = np.float32(3.0) * mid + TABLE.values
+        want_out = np.float32(2.0) * (np.float32(2.0) * mid + TABLE.values) + TABLE.values
+        out, right = op(graph, x)
+        np.testing.assert_array_equal(out.values, want_out)
+        np.testing.assert_array_equal(right.values, want_right)
+    assert len(FULL_CALLS) == 2 and fake.graph_launches == 2
+    assert fake.dependencies == [[], [1], [1], [2, 3]]
+
+
+def test_independent_outside_a_recording_changes_nothing():
+    with replay.independent():
+        assert not replay.recording()
 
 
 @pytest.mark.parametrize("refuse_launch", [False, True])

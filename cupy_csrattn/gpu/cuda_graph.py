@@ -92,12 +92,15 @@ def _argument_slots(slots):
 
 
 class KernelGraph:
-    """Kernels launched one after the other as one CUDA graph.
+    """Kernels launched in stages as one CUDA graph.
 
-    ``launches``: (function, grid, block, slots) per kernel: the CUfunction handle, 3-tuples
-    of grid and block sizes, and the initial 8-byte value of each argument. ``arguments[i]``
-    is kernel i's slots, to be written before ``launch``. Raises GraphError where the driver
-    refuses the graph.
+    ``launches``: (function, grid, block, slots, stage) per kernel, in launch order: the
+    CUfunction handle, 3-tuples of grid and block sizes, the initial 8-byte value of each
+    argument, and its stage, a number that does not decrease from launch to launch. Each
+    kernel depends on every kernel of the stage before its own, so the kernels of one stage
+    may run side by side and the stages run one after the other. ``arguments[i]`` is kernel
+    i's slots, to be written before ``launch``. Raises GraphError where the driver refuses
+    the graph.
     """
 
     def __init__(self, functions, launches):
@@ -105,18 +108,22 @@ class KernelGraph:
         self.graph, self.executable = c_void_p(), c_void_p()
         self.arguments, self._params, self._nodes, self._pointers = [], [], [], []
         self._check(functions["GraphCreate"](byref(self.graph), 0))
-        previous = None
-        for function, grid, block, slots in launches:
+        before, current, current_stage = [], [], None  # the nodes of the stage before, of this one
+        for function, grid, block, slots, stage in launches:
+            if stage != current_stage:
+                before, current, current_stage = current, [], stage
             values, pointers = _argument_slots(slots)
             params = KernelNodeParams(function, *grid, *block, 0, ctypes.addressof(pointers), None, None, None)
             node = c_void_p()
-            dependencies, count = (byref(previous), 1) if previous is not None else (None, 0)
-            self._check(functions["GraphAddKernelNode"](byref(node), self.graph, dependencies, count, byref(params)))
+            dependencies = (c_void_p * max(len(before), 1))(*(n.value for n in before))
+            self._check(
+                functions["GraphAddKernelNode"](byref(node), self.graph, dependencies, len(before), byref(params))
+            )
             self.arguments.append(values)
             self._pointers.append(pointers)
             self._params.append(params)
             self._nodes.append(node)
-            previous = node
+            current.append(node)
         self._check(functions["GraphInstantiateWithFlags"](byref(self.executable), self.graph, 0))
         # The slots each node of the executable holds: instantiation copies the nodes' own.
         self._held = [bytes(values) for values in self.arguments]
@@ -151,12 +158,12 @@ class KernelGraph:
 
 class KernelLaunch:
     """One kernel launched through cuLaunchKernel, its arguments in 8-byte slots as a
-    KernelGraph node's are: ``launches`` holds one (function, grid, block, slots), and
+    KernelGraph node's are: ``launches`` holds one (function, grid, block, slots, stage), and
     ``arguments[0]`` is written before ``launch``. Neither a graph launch nor CuPy's launch,
     which converts every argument on each call."""
 
     def __init__(self, functions, launches):
-        ((function, grid, block, slots),) = launches
+        ((function, grid, block, slots, _),) = launches
         self._launch_kernel = functions["LaunchKernel"]
         values, self._pointers = _argument_slots(slots)
         self.arguments = [values]

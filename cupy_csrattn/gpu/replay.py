@@ -48,9 +48,11 @@ class Recorder:
     """What the calls of one thread do on the GPU while it records (see ``recorder``)."""
 
     def __init__(self):
-        self.launches = []  # (kernel, grid, block, args)
+        self.launches = []  # (kernel, grid, block, args, stage)
         self.allocations = []
         self.reason = None  # why the work cannot be replayed, or None
+        self.stages = 0  # stages begun: a launch alone is one, an ``independent`` block one
+        self.in_block = False
 
 
 # Each thread records its own calls: another thread's launches never enter a record.
@@ -77,7 +79,30 @@ def recording():
 
 
 def note_launch(kernel, grid, block, args):
-    _current().launches.append((kernel, grid, block, args))
+    current = _current()
+    if not current.in_block:
+        current.stages += 1
+    current.launches.append((kernel, grid, block, args, current.stages))
+
+
+@contextlib.contextmanager
+def independent():
+    """Mark the kernels launched inside the block as independent of each other: none reads
+    what another writes or writes where another does (disjoint parts of one output are
+    fine). A replay's CUDA graph then lets them run side by side, after every launch before
+    the block and before every launch after it, so that one's last blocks (a tail of long
+    rows, say) overlap another's work; launched directly they run one after the other.
+    Blocks do not nest: an inner one adds nothing."""
+    current = _current()
+    if current is None or current.in_block:
+        yield
+        return
+    current.stages += 1
+    current.in_block = True
+    try:
+        yield
+    finally:
+        current.in_block = False
 
 
 def note_allocation(array):
@@ -147,7 +172,8 @@ class Replay:
     """The recorded work of one call, repeated with a later call's arrays.
 
     A record of several kernels launches them as one CUDA graph (gpu/cuda_graph.py) whose
-    arguments are set per call, at less host cost than a launch per kernel; a record of one
+    arguments are set per call, at less host cost than a launch per kernel, the kernels of one
+    ``independent`` block free to run side by side; a record of one
     kernel launches it through the driver on argument slots of the same kind (KernelLaunch).
     Otherwise (no driver library, a stream being captured, no current context, a launch the
     driver refused) launches go straight to each kernel's CUDA function with argument lists
@@ -162,7 +188,7 @@ class Replay:
         self.launches = []
         self._graph_arrays = []  # keeps the arrays whose addresses the lists hold alive
         graph_launches = []
-        for kernel, grid, block, args in collected.launches:
+        for kernel, grid, block, args, stage in collected.launches:
             template, slots, values = [], [], []
             for position, value in enumerate(args):
                 if type(value) is cupy.ndarray:
@@ -184,7 +210,7 @@ class Replay:
                     raise _NotReplayable(f"a kernel argument of type {type(value).__name__}")
             grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
             self.launches.append((kernel.kernel, grid, block, template, slots))
-            graph_launches.append((kernel.kernel.ptr, grid, block, values))
+            graph_launches.append((kernel.kernel.ptr, grid, block, values, stage))
         self.result = self._template(result, arrays, collected.allocations)
         self._launcher = _driver_launcher(graph_launches)
         self._slots_lock = threading.Lock()  # the launcher's argument slots serve one call at a time

@@ -2,6 +2,7 @@
 
 from cupy_csrattn.backend import accumulation_dtype
 from cupy_csrattn.gpu import plan as plans
+from cupy_csrattn.gpu import replay
 from cupy_csrattn.gpu.derived import transpose_edge_orders
 from cupy_csrattn.gpu.kernels import WARP, launch, scratch, warp_grid
 from cupy_csrattn.gpu.sddmm import gather_edges
@@ -21,62 +22,66 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
     arrays = dict(a=a, g=g, lse_in=lse_in, out=out)
     # The arguments the kernels of whole rows (block rows, runs, lane groups) share.
     whole_rows = dict(H=heads, indptr=plan.indptr, lse_out=lse_out, **arrays)
-    launch(
-        f"softmax_block_rows_{mode}",
-        dtype,
-        index_dtype,
-        (len(layout.block_rows),),
-        rows=layout.block_rows,
-        num_rows=len(layout.block_rows),
-        **whole_rows,
-    )
-    launch(
-        f"softmax_runs_{mode}",
-        dtype,
-        index_dtype,
-        warp_grid(layout.num_runs),
-        runs=layout.runs,
-        num_runs=layout.num_runs,
-        R=layout.run_rows,
-        num_rows=graph.num_dst,
-        **whole_rows,
-    )
-    launch(
-        f"softmax_runs_{mode}",
-        dtype,
-        index_dtype,
-        warp_grid(len(layout.single_rows)),
-        runs=layout.single_rows,
-        num_runs=len(layout.single_rows),
-        R=1,
-        num_rows=graph.num_dst,
-        **whole_rows,
-    )
-    for size, rows in layout.groups:
-        rows_per_warp = WARP // size
+    # The whole-row kernels and the first pass of the others take disjoint rows (and write
+    # disjoint parts of out and lse_out, the partial states of split rows apart): a replayed
+    # call runs them side by side, so that none waits for another's tail.
+    with replay.independent():
         launch(
-            f"softmax_groups_{mode}",
+            f"softmax_block_rows_{mode}",
             dtype,
             index_dtype,
-            warp_grid((len(rows) + rows_per_warp - 1) // rows_per_warp),
-            rows=rows,
-            num_rows=len(rows),
-            S=size,
+            (len(layout.block_rows),),
+            rows=layout.block_rows,
+            num_rows=len(layout.block_rows),
             **whole_rows,
         )
-    launch(
-        f"softmax_rows_{mode}",
-        dtype,
-        index_dtype,
-        warp_grid(layout.num_items),
-        items=layout.items,
-        num_items=layout.num_items,
-        num_whole=layout.num_whole,
-        H=heads,
-        lse_out=lse_out,
-        partial=partial,
-        **arrays,
-    )
+        launch(
+            f"softmax_runs_{mode}",
+            dtype,
+            index_dtype,
+            warp_grid(layout.num_runs),
+            runs=layout.runs,
+            num_runs=layout.num_runs,
+            R=layout.run_rows,
+            num_rows=graph.num_dst,
+            **whole_rows,
+        )
+        launch(
+            f"softmax_runs_{mode}",
+            dtype,
+            index_dtype,
+            warp_grid(len(layout.single_rows)),
+            runs=layout.single_rows,
+            num_runs=len(layout.single_rows),
+            R=1,
+            num_rows=graph.num_dst,
+            **whole_rows,
+        )
+        for size, rows in layout.groups:
+            rows_per_warp = WARP // size
+            launch(
+                f"softmax_groups_{mode}",
+                dtype,
+                index_dtype,
+                warp_grid((len(rows) + rows_per_warp - 1) // rows_per_warp),
+                rows=rows,
+                num_rows=len(rows),
+                S=size,
+                **whole_rows,
+            )
+        launch(
+            f"softmax_rows_{mode}",
+            dtype,
+            index_dtype,
+            warp_grid(layout.num_items),
+            items=layout.items,
+            num_items=layout.num_items,
+            num_whole=layout.num_whole,
+            H=heads,
+            lse_out=lse_out,
+            partial=partial,
+            **arrays,
+        )
     if not plan.num_split:
         return
     row_states = scratch((plan.num_split, heads, 2), state_dtype)
