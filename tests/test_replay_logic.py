@@ -206,15 +206,14 @@ def test_a_recording_belongs_to_its_thread():
 
 
 class FakeDriver:
-    """The CUDA driver functions of a KernelGraph and a KernelLaunch, in Python: setting a
-    node's parameters copies the values its slots hold, a graph launch runs each node's
-    kernel (by its function handle) on copies of those values, in node order, and a kernel
-    launch runs its kernel on the values its slots hold."""
+    """The CUDA driver functions of a KernelGraph, in Python: setting a node's parameters
+    copies the values its slots hold, and a graph launch runs each node's kernel (by its
+    function handle) on copies of those values, in node order."""
 
     KERNELS = {FakeKernel.ptr: KERNEL}
 
     def __init__(self, refuse_launch=False):
-        self.nodes, self.values, self.graph_launches, self.params_set, self.kernel_launches = [], {}, 0, 0, 0
+        self.nodes, self.values, self.graph_launches, self.params_set = [], {}, 0, 0
         self.dependencies = []  # per node, the (1-based) nodes it depends on
         self.refuse_launch = refuse_launch
 
@@ -227,7 +226,6 @@ class FakeDriver:
             "GraphLaunch": self._launch,
             "GraphExecDestroy": lambda executable: 0,
             "GraphDestroy": lambda graph: 0,
-            "LaunchKernel": self._launch_kernel,
         }
 
     @staticmethod
@@ -255,24 +253,12 @@ class FakeDriver:
 
     @staticmethod
     def _slots(params):
-        return FakeDriver._values(params.kernelParams)
-
-    @staticmethod
-    def _values(kernel_params):
-        pointers = (ctypes.c_void_p * 4).from_address(kernel_params)
+        pointers = (ctypes.c_void_p * 4).from_address(params.kernelParams)
         return [ctypes.c_uint64.from_address(p).value for p in pointers]
 
     def _run(self, function, grid, block, values):
         held = [ctypes.c_uint64(v) for v in values]
         self.KERNELS[function]((grid,), (block,), [SimpleNamespace(ptr=ctypes.addressof(v)) for v in held])
-
-    def _launch_kernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, kernel_params, extra):
-        assert (gy, gz, by, bz, shared, extra) == (1, 1, 1, 1, 0, None)
-        if self.refuse_launch:
-            return 1
-        self.kernel_launches += 1
-        self._run(function, gx, bx, self._values(kernel_params))
-        return 0
 
     def _launch(self, executable, stream):
         if self.refuse_launch:
@@ -312,7 +298,7 @@ def test_records_of_several_kernels_launch_as_one_graph(public, monkeypatch, ref
     assert len(FULL_CALLS) == 2
     (record,) = graph.cache["replay records"].values()
     assert fake.graph_launches == (0 if refuse_launch else 3)
-    assert (record._launcher is None) == refuse_launch
+    assert (record._graph is None) == refuse_launch
 
 
 def staged(graph, x):
@@ -363,21 +349,17 @@ def test_independent_outside_a_recording_changes_nothing():
         assert not replay.recording()
 
 
-@pytest.mark.parametrize("refuse_launch", [False, True])
-def test_a_single_kernel_launches_through_the_driver(public, monkeypatch, refuse_launch):
-    """A record of one kernel replays as one cuLaunchKernel on its slots, with each call's
-    arrays and no graph; where the driver refuses, the call (and later ones) launch through
-    CuPy."""
-    fake = FakeDriver(refuse_launch)
+def test_a_single_kernel_launches_without_a_graph(public, monkeypatch):
+    """A record of one kernel replays through the kernel's CUDA function with each call's
+    arrays: no graph is built or launched (a graph costs a launch of its own)."""
+    fake = FakeDriver()
     monkeypatch.setattr(cuda_graph, "driver", fake.functions)
     graph = FakeGraph()
     for seed in range(5):
         x = _x(seed)
         np.testing.assert_array_equal(public(graph, x).values, np.float32(2.0) * x.values + TABLE.values)
     (record,) = graph.cache["replay records"].values()
-    assert fake.graph_launches == 0 and not fake.nodes
-    assert fake.kernel_launches == (0 if refuse_launch else 3)
-    assert isinstance(record._launcher, cuda_graph.KernelLaunch) != refuse_launch
+    assert record._graph is None and fake.graph_launches == 0 and not fake.nodes
 
 
 def test_slot_values_hold_scalars_in_their_low_bytes():

@@ -1,7 +1,6 @@
 """A fixed sequence of kernel launches as one CUDA graph whose kernel arguments change from
 launch to launch, through the CUDA driver API (ctypes): a replay (gpu/replay.py) issues a
-call's kernels with one graph launch instead of one launch per kernel, and a call of one
-kernel with one cuLaunchKernel on argument slots of the same kind (KernelLaunch).
+call's kernels with one graph launch instead of one launch per kernel.
 
 Each kernel node holds its arguments in 8-byte slots of its own (a pointer, or a scalar in
 its low bytes). A launch hands each node whose slots changed since the executable last took
@@ -52,8 +51,6 @@ _SIGNATURES = {
     "cuGraphLaunch": (c_void_p, c_void_p),
     "cuGraphExecDestroy": (c_void_p,),
     "cuGraphDestroy": (c_void_p,),
-    # function, grid x, y, z, block x, y, z, shared memory bytes, stream, kernelParams, extra
-    "cuLaunchKernel": (c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p, c_void_p, c_void_p),
 }
 
 
@@ -154,23 +151,3 @@ class KernelGraph:
                 self._driver["GraphDestroy"](self.graph)
         except Exception:  # noqa: BLE001 - the driver may be gone at interpreter exit
             pass
-
-
-class KernelLaunch:
-    """One kernel launched through cuLaunchKernel, its arguments in 8-byte slots as a
-    KernelGraph node's are: ``launches`` holds one (function, grid, block, slots, stage), and
-    ``arguments[0]`` is written before ``launch``. Neither a graph launch nor CuPy's launch,
-    which converts every argument on each call."""
-
-    def __init__(self, functions, launches):
-        ((function, grid, block, slots, _),) = launches
-        self._launch_kernel = functions["LaunchKernel"]
-        values, self._pointers = _argument_slots(slots)
-        self.arguments = [values]
-        self._shape = (function, *grid, *block, 0)  # function, grid, block, no dynamic shared memory
-        self._params = ctypes.addressof(self._pointers)
-
-    def launch(self, stream):
-        """Launch the kernel on ``stream`` (a CUstream address) with the slots' values; False,
-        with nothing launched, where the driver refuses."""
-        return self._launch_kernel(*self._shape, stream, self._params, None) == _SUCCESS
