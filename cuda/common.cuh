@@ -5,12 +5,16 @@
 //   BLOCK_WARPS  warps per block of every kernel (the launchers' block size / WARP)
 //   RUN_STAGE_BYTES, MAX_RUN_ROWS  the shared memory per warp and the rows per run of
 //                softmax_runs (softmax.cu)
+//   MAX_BLOCK_ROWS  the rows per pack of softmax_block_rows (softmax.cu)
 // No system headers: NVRTC compiles these without the CUDA include directories.
 #pragma once
 
 #if !defined(CSR_DTYPE) || !defined(CSR_IDX) || !defined(BLOCK_WARPS) || !defined(RUN_STAGE_BYTES) || \
-    !defined(MAX_RUN_ROWS)
-#error "the preamble must define CSR_DTYPE, CSR_IDX, BLOCK_WARPS, RUN_STAGE_BYTES and MAX_RUN_ROWS (see gpu/kernels.py)"
+    !defined(MAX_RUN_ROWS) || !defined(MAX_BLOCK_ROWS)
+#error "the preamble (gpu/kernels.py) must define each constant listed above"
+#endif
+#if MAX_BLOCK_ROWS < 1 || MAX_BLOCK_ROWS > BLOCK_WARPS * 32
+#error "MAX_BLOCK_ROWS must be 1 to BLOCK_WARPS * 32 (a pack's rows are read by one thread each)"
 #endif
 #if BLOCK_WARPS < 1 || BLOCK_WARPS > 32
 #error "BLOCK_WARPS must be 1 to 32 (a block holds at most 1024 threads)"

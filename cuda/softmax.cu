@@ -7,7 +7,7 @@
 //   SOFTMAX_GRAD_SCORES  out = p * (g - sum_row p*g), p = exp(s - lse_in[row])
 //
 // Kernels: softmax_runs_* (runs of consecutive short rows, staged in shared memory),
-// softmax_block_rows_* (one block per wider row, staged), softmax_groups_* (short rows,
+// softmax_block_rows_* (one block per pack of wider rows, staged), softmax_groups_* (short rows,
 // several per warp), softmax_rows_* (one warp per plan item),
 // and for rows split over several items softmax_merge_* (their partial states) and
 // softmax_write_* (the edges of each split item). A row's (E_row, H) slice is
@@ -369,15 +369,15 @@ __device__ __forceinline__ const unsigned int* stage_word(const scalar_t* stage,
     return reinterpret_cast<const unsigned int*>(stage + run_slot(i));
 }
 
-// Copies `count` elements of src (global) to the stage slots run_slot(0 .. count), thread t
-// of the T that share the stage (a warp's lanes, or a block's threads) taking chunks t,
-// t + T, ...
+// Copies `count` elements of src (global) to the stage slots run_slot(at .. at + count) (`at`
+// even), thread t of the T that share the stage (a warp's lanes, or a block's threads)
+// taking chunks t, t + T, ...
 template <int BATCH>
-__device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
+__device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_t* stage, int at, int t, int T) {
     constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
     const ChunkSplit split = chunk_split(src, count);
     const int tail = split.lead + split.chunks * PER_CHUNK;
-    const bool by_words = stage_by_words(split.lead);
+    const bool by_words = stage_by_words(split.lead);  // at is even: at + lead has lead's parity
     // The single elements of both ends (fewer than PER_CHUNK <= 8 each), issued with the chunks.
     scalar_t lone_lead = 0, lone_tail = 0;
     if (t < split.lead) lone_lead = __ldg(src + t);
@@ -394,7 +394,7 @@ __device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_
         for (int k = 0; k < BATCH; ++k) {
             int c = c0 + k * T + t;
             if (c < split.chunks) {
-                const int i0 = split.lead + c * PER_CHUNK;
+                const int i0 = at + split.lead + c * PER_CHUNK;
                 if (by_words) {
 #pragma unroll
                     for (int q = 0; q < 4; ++q) *stage_word(stage, i0 + q * STAGE_PACK) = v[k].w[q];
@@ -405,8 +405,8 @@ __device__ __forceinline__ void stage_in(const scalar_t* src, int count, scalar_
             }
         }
     }
-    if (t < split.lead) stage[run_slot(t)] = lone_lead;
-    if (tail + t < count) stage[run_slot(tail + t)] = lone_tail;
+    if (t < split.lead) stage[run_slot(at + t)] = lone_lead;
+    if (tail + t < count) stage[run_slot(at + tail + t)] = lone_tail;
 }
 
 // Asynchronous copies global -> shared (cp.async, sm_80 and later) of ASYNC_BYTES each: one
@@ -420,22 +420,24 @@ constexpr int ASYNC_BYTES = sizeof(scalar_t) > 4 ? (int)sizeof(scalar_t) : 4;
 constexpr int ASYNC_ELEMENTS = ASYNC_BYTES / (int)sizeof(scalar_t);
 
 // Copies `count` elements of src (global, ASYNC_BYTES-aligned) to the stage slots
-// run_slot(0 .. count) with cp.async, thread t of the T that share the stage taking units
-// (ASYNC_ELEMENTS elements) t, t + T, ...: a warp's copy reads 32 consecutive units, and
-// every unit of the stage is in flight at once, held in no register. Readers wait for them
-// with stage_wait, then synchronize the T threads.
-__device__ __forceinline__ void stage_in_async(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
+// run_slot(at .. at + count) (`at` even: a float16 unit never straddles a padding slot)
+// with cp.async, thread t of the T that share the stage taking units (ASYNC_ELEMENTS
+// elements) t, t + T, ...: a warp's copy reads 32 consecutive units, and every unit of the
+// stage is in flight at once, held in no register. Readers wait for them with stage_wait,
+// then synchronize the T threads.
+__device__ __forceinline__ void stage_in_async(const scalar_t* src, int count, scalar_t* stage, int at, int t,
+                                               int T) {
 #if STAGE_ASYNC
     const int units = count / ASYNC_ELEMENTS;
     for (int u = t; u < units; u += T) {
-        const unsigned int to = (unsigned int)__cvta_generic_to_shared(stage + run_slot(u * ASYNC_ELEMENTS));
+        const unsigned int to = (unsigned int)__cvta_generic_to_shared(stage + run_slot(at + u * ASYNC_ELEMENTS));
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(to), "l"(src + u * ASYNC_ELEMENTS),
                      "n"(ASYNC_BYTES)
                      : "memory");
     }
     // float16: an odd count leaves one element, copied through a register.
     if (ASYNC_ELEMENTS > 1 && count % ASYNC_ELEMENTS != 0 && t == 0)
-        stage[run_slot(count - 1)] = __ldg(src + count - 1);
+        stage[run_slot(at + count - 1)] = __ldg(src + count - 1);
 #endif
 }
 
@@ -450,30 +452,30 @@ __device__ __forceinline__ void stage_wait() {
 // src's alignment allow it, else through registers (stage_in). The caller calls stage_wait,
 // then synchronizes its threads, before reading the stage.
 template <int BATCH>
-__device__ __forceinline__ void stage_load(const scalar_t* src, int count, scalar_t* stage, int t, int T) {
+__device__ __forceinline__ void stage_load(const scalar_t* src, int count, scalar_t* stage, int at, int t, int T) {
     // An element is aligned to its own size, so float32 and float64 always copy asynchronously
     // (and their kernels hold no registers for the other path); float16 needs an even offset.
     constexpr bool ALIGNED = sizeof(scalar_t) >= ASYNC_BYTES;
     if (STAGE_ASYNC && (ALIGNED || reinterpret_cast<unsigned long long>(src) % ASYNC_BYTES == 0)) {
-        stage_in_async(src, count, stage, t, T);
+        stage_in_async(src, count, stage, at, t, T);
     } else {
-        stage_in<BATCH>(src, count, stage, t, T);
+        stage_in<BATCH>(src, count, stage, at, t, T);
     }
 }
 
-// Copies the stage slots run_slot(0 .. count) to `count` elements of dst (global), threads
-// as in stage_in.
-__device__ __forceinline__ void stage_out(const scalar_t* stage, int count, scalar_t* dst, int t, int T) {
+// Copies the stage slots run_slot(at .. at + count) (`at` even) to `count` elements of dst
+// (global), threads as in stage_in.
+__device__ __forceinline__ void stage_out(const scalar_t* stage, int at, int count, scalar_t* dst, int t, int T) {
     constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
     const ChunkSplit split = chunk_split(dst, count);
     const int tail = split.lead + split.chunks * PER_CHUNK;
-    if (t < split.lead) dst[t] = stage[run_slot(t)];
-    if (tail + t < count) dst[tail + t] = stage[run_slot(tail + t)];
+    if (t < split.lead) dst[t] = stage[run_slot(at + t)];
+    if (tail + t < count) dst[tail + t] = stage[run_slot(at + tail + t)];
     int4* chunks = reinterpret_cast<int4*>(dst + split.lead);
     const bool by_words = stage_by_words(split.lead);
     for (int c = t; c < split.chunks; c += T) {
         StageChunk v;
-        const int i0 = split.lead + c * PER_CHUNK;
+        const int i0 = at + split.lead + c * PER_CHUNK;
         if (by_words) {
 #pragma unroll
             for (int q = 0; q < 4; ++q) v.w[q] = *stage_word(stage, i0 + q * STAGE_PACK);
@@ -573,16 +575,35 @@ struct StageGradHeads {
     StageHeads<V> a, g;
 };
 
-// The softmax of staged rows: rows row0 .. row0 + rows, row r's elements in stage slots
-// run_slot(offsets[r] .. offsets[r + 1]) ((edge, head) in order), worked on by T threads
+// The rows of a warp's run: row r is row0 + r, its elements at stage offsets[r] .. offsets[r + 1].
+struct RunRows {
+    const int* offsets;
+    i64 row0;
+    __device__ __forceinline__ int begin(int r) const { return offsets[r]; }
+    __device__ __forceinline__ int end(int r) const { return offsets[r + 1]; }
+    __device__ __forceinline__ i64 row(int r) const { return row0 + r; }
+};
+
+// The rows of a block's pack: row r is ids[r], its elements at stage begins[r] .. ends[r].
+struct PackRows {
+    const int* begins;
+    const int* ends;
+    const i64* ids;
+    __device__ __forceinline__ int begin(int r) const { return begins[r]; }
+    __device__ __forceinline__ int end(int r) const { return ends[r]; }
+    __device__ __forceinline__ i64 row(int r) const { return ids[r]; }
+};
+
+// The softmax of staged rows: `rows` rows, row r (rows_at.row(r)) with its elements in stage
+// slots run_slot(rows_at.begin(r) .. rows_at.end(r)) ((edge, head) in order), worked on by T threads
 // (thread t; a warp, or with BLOCK a block). Each work item is a row and V consecutive heads
 // (V divides H), L threads per item (L = T / P for P = min(T, items) rounded up to a power of
 // two), each walking the item's edges strided by L and combining each head by
 // item_allreduce (max, sum, write, as in softmax_rows' register path). Outputs are written
 // back into the stage (lse modes: lse_out).
-template <int MODE, bool BLOCK, int V>
-__device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const scalar_t* stage_g, const int* offsets,
-                                                    int rows, i64 row0, int H, int t, int T, const lse_t* lse_in,
+template <int MODE, bool BLOCK, int V, class Rows>
+__device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const scalar_t* stage_g, const Rows& rows_at,
+                                                    int rows, int H, int t, int T, const lse_t* lse_in,
                                                     lse_t* lse_out, acc_t* spill) {
     // Where the data type is the accumulation type, the forward keeps exp(s - m) in the stage
     // exactly and does not compute it twice.
@@ -596,9 +617,9 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
         const int item = item0 + t / L;
         const bool valid = item < items;
         const int r = valid ? item / groups : 0, head = valid ? (item - r * groups) * V : 0;
-        const int begin = valid ? offsets[r] + head + sub * H : 0, end = valid ? offsets[r + 1] : 0;
+        const int begin = valid ? rows_at.begin(r) + head + sub * H : 0, end = valid ? rows_at.end(r) : 0;
         const int step = L * H;
-        const i64 row = row0 + r;
+        const i64 row = rows_at.row(r);
         if (softmax_keeps_max(MODE)) {
             const auto staged = [&](int i) { return stage_heads<V>(stage_a, i); };
             acc_t m[V], shift[V], l[V];
@@ -680,15 +701,14 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
 // stage_softmax_heads with two heads per item where the stage packs them (float16, H even),
 // unless that leaves a block fewer items than warps: an item spanning warps reduces through
 // shared memory at two barriers a reduction, which one warp per item does not need.
-template <int MODE, bool BLOCK>
-__device__ __forceinline__ void stage_softmax(scalar_t* stage_a, const scalar_t* stage_g, const int* offsets, int rows,
-                                              i64 row0, int H, int t, int T, const lse_t* lse_in, lse_t* lse_out,
+template <int MODE, bool BLOCK, class Rows>
+__device__ __forceinline__ void stage_softmax(scalar_t* stage_a, const scalar_t* stage_g, const Rows& rows_at,
+                                              int rows, int H, int t, int T, const lse_t* lse_in, lse_t* lse_out,
                                               acc_t* spill) {
     if (STAGE_PACK > 1 && H % STAGE_PACK == 0 && !(BLOCK && rows * (H / STAGE_PACK) * WARP < T)) {
-        stage_softmax_heads<MODE, BLOCK, STAGE_PACK>(stage_a, stage_g, offsets, rows, row0, H, t, T, lse_in, lse_out,
-                                                     spill);
+        stage_softmax_heads<MODE, BLOCK, STAGE_PACK>(stage_a, stage_g, rows_at, rows, H, t, T, lse_in, lse_out, spill);
     } else {
-        stage_softmax_heads<MODE, BLOCK, 1>(stage_a, stage_g, offsets, rows, row0, H, t, T, lse_in, lse_out, spill);
+        stage_softmax_heads<MODE, BLOCK, 1>(stage_a, stage_g, rows_at, rows, H, t, T, lse_in, lse_out, spill);
     }
 }
 
@@ -712,53 +732,69 @@ __device__ __forceinline__ void softmax_runs(const i64* runs, i64 num_runs, int 
     scalar_t* stage_a = stage[warp][0];
     scalar_t* stage_g = stage[warp][ARRAYS - 1];
     const i64 base = first * H;
-    stage_load<run_chunk_batch(ARRAYS)>(a + base, width, stage_a, lane, WARP);
-    if (softmax_reads_grad(MODE)) stage_load<run_chunk_batch(ARRAYS)>(g + base, width, stage_g, lane, WARP);
+    stage_load<run_chunk_batch(ARRAYS)>(a + base, width, stage_a, 0, lane, WARP);
+    if (softmax_reads_grad(MODE)) stage_load<run_chunk_batch(ARRAYS)>(g + base, width, stage_g, 0, lane, WARP);
     stage_wait();
     __syncwarp();
-    stage_softmax<MODE, false>(stage_a, stage_g, offsets[warp], rows, row0, H, lane, WARP, lse_in, lse_out, nullptr);
+    const RunRows rows_at{offsets[warp], row0};
+    stage_softmax<MODE, false>(stage_a, stage_g, rows_at, rows, H, lane, WARP, lse_in, lse_out, nullptr);
     if (MODE == SOFTMAX_LSE) return;
     __syncwarp();
-    stage_out(stage_a, width, out + base, lane, WARP);
+    stage_out(stage_a, 0, width, out + base, lane, WARP);
 }
 
-// One block per row of `rows` (whole rows wider than a warp's stage whose edges fit the
-// block's: BLOCK_WARPS times as large): the row's (E_row, H) slice is staged by the whole
-// block with 16-byte copies, worked on by stage_softmax with the block's threads (a head's
-// threads spanning warps combine through shared memory, in warp order), and copied back.
+// One block per pack of whole rows (rows wider than a warp's stage whose edges fit the
+// block's, BLOCK_WARPS times as large): pack b is rows[packs[b] .. packs[b + 1]] (at most
+// MAX_BLOCK_ROWS), row j's (E_row, H) slice staged at stage_offsets[j] (even; the plan packs
+// rows whose slices fit the stage together). The block stages every row of its pack with
+// 16-byte copies, works on them with stage_softmax (a head's threads spanning warps combine
+// through shared memory, in warp order) and copies them back. A block of one narrow row
+// would keep most of its stage, and so of the SM's bytes in flight, idle.
 // Bound: memory (one read and one write per element).
 template <int MODE>
-__device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows, int H, const i64* indptr,
-                                                   const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
-                                                   scalar_t* out, lse_t* lse_out) {
+__device__ __forceinline__ void softmax_block_rows(const i64* rows, const int* stage_offsets, const i64* packs,
+                                                   i64 num_packs, int H, const i64* indptr, const scalar_t* a,
+                                                   const scalar_t* g, const lse_t* lse_in, scalar_t* out,
+                                                   lse_t* lse_out) {
     constexpr int ARRAYS = softmax_reads_grad(MODE) ? 2 : 1;
     constexpr int CAPACITY = BLOCK_WARPS * RUN_STAGE_BYTES / (ARRAYS * (int)sizeof(scalar_t));
     __shared__ __align__(16) scalar_t stage[ARRAYS][run_slot(CAPACITY)];
-    __shared__ int offsets[2];
+    __shared__ int begins[MAX_BLOCK_ROWS], ends[MAX_BLOCK_ROWS];
+    __shared__ i64 ids[MAX_BLOCK_ROWS], firsts[MAX_BLOCK_ROWS];
     __shared__ acc_t spill[BLOCK_WARPS * STAGE_PACK];
-    if ((i64)blockIdx.x >= num_rows) return;  // the whole block
-    const i64 row = rows[blockIdx.x];
-    const i64 first = indptr[row];
-    const int width = (int)(indptr[row + 1] - first) * H;
-    if (threadIdx.x == 0) {
-        offsets[0] = 0;
-        offsets[1] = width;
+    if ((i64)blockIdx.x >= num_packs) return;  // the whole block
+    const i64 pack = packs[blockIdx.x];
+    const int rows_in_pack = (int)(packs[blockIdx.x + 1] - pack);
+    if ((int)threadIdx.x < rows_in_pack) {
+        const i64 row = rows[pack + threadIdx.x];
+        const i64 first = indptr[row];
+        const int begin = stage_offsets[pack + threadIdx.x];
+        ids[threadIdx.x] = row;
+        firsts[threadIdx.x] = first;
+        begins[threadIdx.x] = begin;
+        ends[threadIdx.x] = begin + (int)(indptr[row + 1] - first) * H;
     }
-    const i64 base = first * H;
-    stage_load<run_chunk_batch(ARRAYS)>(a + base, width, stage[0], threadIdx.x, BLOCK_THREADS);
-    if (softmax_reads_grad(MODE))
-        stage_load<run_chunk_batch(ARRAYS)>(g + base, width, stage[ARRAYS - 1], threadIdx.x, BLOCK_THREADS);
+    __syncthreads();
+    for (int r = 0; r < rows_in_pack; ++r) {
+        const i64 base = firsts[r] * H;
+        const int at = begins[r], width = ends[r] - at;
+        stage_load<run_chunk_batch(ARRAYS)>(a + base, width, stage[0], at, threadIdx.x, BLOCK_THREADS);
+        if (softmax_reads_grad(MODE))
+            stage_load<run_chunk_batch(ARRAYS)>(g + base, width, stage[ARRAYS - 1], at, threadIdx.x, BLOCK_THREADS);
+    }
     stage_wait();
     __syncthreads();
-    stage_softmax<MODE, true>(stage[0], stage[ARRAYS - 1], offsets, 1, row, H, threadIdx.x, BLOCK_THREADS, lse_in,
-                              lse_out, spill);
+    const PackRows rows_at{begins, ends, ids};
+    stage_softmax<MODE, true>(stage[0], stage[ARRAYS - 1], rows_at, rows_in_pack, H, threadIdx.x, BLOCK_THREADS,
+                              lse_in, lse_out, spill);
     if (MODE == SOFTMAX_LSE) return;
     __syncthreads();
-    stage_out(stage[0], width, out + base, threadIdx.x, BLOCK_THREADS);
+    for (int r = 0; r < rows_in_pack; ++r)
+        stage_out(stage[0], begins[r], ends[r] - begins[r], out + firsts[r] * H, threadIdx.x, BLOCK_THREADS);
 }
 
 // Blocks per SM the staged kernels (softmax_runs, softmax_block_rows) are compiled for: their
-// stage (BLOCK_WARPS * RUN_STAGE_BYTES, padded, and the offsets) lets six blocks share an SM's
+// stage (BLOCK_WARPS * RUN_STAGE_BYTES, padded, and the rows' offsets) lets six blocks share an SM's
 // 228 KB of shared memory (H100, H200). float32 fits six in registers too (40 per thread, no
 // spills; 48 and so five blocks uncapped); float16 and float64 would spill (ptxas, sm_90).
 // (A minimum of one block is not the same to ptxas as none: it changes float16's registers.)
@@ -793,9 +829,10 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, i64 num_rows
         softmax_runs<MODE>(runs, num_runs, R, num_rows, H, indptr, a, g, lse_in, out, lse_out);              \
     }                                                                                                         \
     extern "C" __global__ void STAGE_LAUNCH_BOUNDS                                                            \
-        softmax_block_rows_##NAME(const i64* rows, i64 num_rows, int H, const i64* indptr, const scalar_t* a, \
-                                  const scalar_t* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {   \
-        softmax_block_rows<MODE>(rows, num_rows, H, indptr, a, g, lse_in, out, lse_out);                      \
+        softmax_block_rows_##NAME(const i64* rows, const int* stage_offsets, const i64* packs, i64 num_packs, \
+                                  int H, const i64* indptr, const scalar_t* a, const scalar_t* g,            \
+                                  const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {                      \
+        softmax_block_rows<MODE>(rows, stage_offsets, packs, num_packs, H, indptr, a, g, lse_in, out, lse_out); \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
         softmax_groups_##NAME(const i64* rows, i64 num_rows, int S, int H, const i64* indptr, const scalar_t* a, \

@@ -115,7 +115,8 @@ def test_softmax_layout_takes_each_row_once(monkeypatch, single_floor, want_sing
     degrees = [0, 3, 40, 100, 129, 5, 600, 2000, 1, 64]
     layout = plan._build_softmax_layout(_LayoutGraph(degrees), 8, 1024, 4)
     assert layout.runs.tolist() == [2]  # rows 8, 9: 65 edges x 8 heads <= 1024
-    assert layout.block_rows.tolist() == [4, 6]  # 1032 and 4800 elements
+    assert layout.block_rows.tolist() == [6, 4]  # 4800 and 1032 elements: a block each, widest first
+    assert layout.block_packs.tolist() == [0, 1, 2] and layout.block_stage_offsets.tolist() == [0, 0]
     assert layout.single_rows.tolist() == want_single
     group_rows = [row for _, rows in layout.groups for row in rows.tolist()]
     item_rows = layout.items[: layout.num_whole, 0].tolist()
@@ -123,3 +124,34 @@ def test_softmax_layout_takes_each_row_once(monkeypatch, single_floor, want_sing
     assert sorted(taken) == [row for row, degree in enumerate(degrees) if degree <= plan.WHOLE_ROW_EDGES]
     monkeypatch.setattr(plan, "RUN_ROWS", 0)  # no runs: no rows staged alone either
     assert plan._build_softmax_layout(_LayoutGraph(degrees), 8, 1024, 0).single_rows.tolist() == []
+
+
+def test_block_rows_pack_into_blocks_where_they_fit(monkeypatch):
+    """Rows of a block's stage (8 warps x 1024 elements here) share a block with others of
+    their kind where k of them fit (k at most MAX_BLOCK_ROWS), each at the sum of the padded
+    (even) widths before it, the packs of the widest rows first; every row once."""
+    monkeypatch.setattr(backend, "cupy", np)
+    heads, capacity = 3, 1024
+    block = plan.BLOCK_WARPS * capacity
+    degrees = np.array([1500, 1000, 7, 1000, 1000, 5, 2000, 1, 1] + [3] * 20)
+    rows = np.arange(len(degrees))
+    got_rows, offsets, packs = plan._pack_block_rows(rows, degrees, heads, capacity)
+    got_rows, offsets, packs = got_rows.tolist(), offsets.tolist(), packs.tolist()
+    # 2000 x 3 = 6000 and 1500 x 3 = 4500: alone; 1000 x 3 = 3000: two to a block; 7 x 3 = 21
+    # (22 padded), 5 x 3, 1 x 3 and 3 x 3 elements: MAX_BLOCK_ROWS to a block.
+    assert got_rows[:2] == [0, 6] and packs[:3] == [0, 1, 2]
+    assert got_rows[2:5] == [1, 3, 4] and packs[3] == 4 and offsets[2:5] == [0, 3000, 0]
+    assert sorted(got_rows) == rows.tolist()
+    # Packs: 6000, 4500, two of 3000, one of 3000, then the 24 short rows MAX_BLOCK_ROWS (16) at a time.
+    assert plan.MAX_BLOCK_ROWS == 16 and packs == [0, 1, 2, 4, 5, 21, 29]
+    for b in range(len(packs) - 1):
+        members = range(packs[b], packs[b + 1])
+        assert 1 <= len(members) <= plan.MAX_BLOCK_ROWS
+        end = 0
+        for j in members:
+            assert offsets[j] % 2 == 0 and offsets[j] >= end
+            end = offsets[j] + degrees[got_rows[j]] * heads
+        assert end <= block
+    small = got_rows[5:]
+    assert offsets[5:8] == [0, 22, 38]  # rows 2 (21 elements), 5 (15), 7 (3): even offsets
+    assert small[:3] == [2, 5, 7]

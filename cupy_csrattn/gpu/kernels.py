@@ -25,6 +25,7 @@ BLOCK_THREADS = BLOCK_WARPS * WARP
 MAX_BATCHED_HEADS = WARP  # the batched row and softmax-group kernels hold up to one head per lane
 RUN_STAGE_BYTES = 4096  # shared memory per warp of softmax_runs: the staged edge data of its run
 MAX_RUN_ROWS = 64  # rows per run of softmax_runs
+MAX_BLOCK_ROWS = 16  # rows per pack of softmax_block_rows
 
 NULL = np.uint64(0)  # a null pointer argument
 
@@ -88,7 +89,7 @@ def source(family, dtype, index_dtype):
     preamble = (
         f"#define CSR_DTYPE {DTYPE_CODES[dtype]}\n#define CSR_IDX {INDEX_TYPES[index_dtype]}\n"
         f"#define BLOCK_WARPS {BLOCK_WARPS}\n#define RUN_STAGE_BYTES {RUN_STAGE_BYTES}\n"
-        f"#define MAX_RUN_ROWS {MAX_RUN_ROWS}\n"
+        f"#define MAX_RUN_ROWS {MAX_RUN_ROWS}\n#define MAX_BLOCK_ROWS {MAX_BLOCK_ROWS}\n"
     )
     common = (_kernel_dir() / "common.cuh").read_text()
     body = _INCLUDE.sub(
@@ -170,6 +171,7 @@ def _expected_dtype(ctype, dtype, index_dtype):
         "SoftmaxState": accumulate,
         "idx_t": np.dtype(index_dtype),
         "i64": np.dtype(np.int64),
+        "int": np.dtype(np.int32),
     }[base]
 
 

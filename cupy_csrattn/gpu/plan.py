@@ -28,7 +28,7 @@ import functools
 import numpy as np
 
 from cupy_csrattn import backend
-from cupy_csrattn.gpu.kernels import BLOCK_WARPS, MAX_BATCHED_HEADS, MAX_RUN_ROWS, RUN_STAGE_BYTES, WARP
+from cupy_csrattn.gpu.kernels import BLOCK_WARPS, MAX_BATCHED_HEADS, MAX_BLOCK_ROWS, MAX_RUN_ROWS, RUN_STAGE_BYTES, WARP
 
 WHOLE_ROW_EDGES = 1024
 FUSED_WHOLE_ROW_EDGES = 128
@@ -101,7 +101,8 @@ def _resident_warps(device_id):
 #: degree; 0 turns runs off; a power of two up to MAX_RUN_ROWS forces it (tests force each).
 RUN_ROWS = None
 #: Whole rows wider than this many elements (None: a warp's stage) whose edges fit a block's
-#: stage take one block each (softmax_block_rows); tests lower it, False turns it off.
+#: stage are staged in a block's (softmax_block_rows, several to a block where they fit);
+#: tests lower it, False turns it off.
 BLOCK_ROW_FLOOR = None
 #: Whole rows wider than this many elements that fit a warp's stage and that no run or block
 #: takes are staged alone, as runs of one row (softmax_runs with R = 1), instead of being
@@ -116,18 +117,22 @@ class SoftmaxLayout:
 
     run_rows, runs, num_runs: runs of run_rows consecutive rows whose edges fit a warp's
     stage; runs lists the runs taken, or is None when that is every run.
-    block_rows: the rows that take a block each (softmax_block_rows).
+    block_rows, block_stage_offsets, block_packs, num_block_packs: the rows staged in a
+    block's shared memory (softmax_block_rows), in packs of up to MAX_BLOCK_ROWS that share
+    a block: pack b is block_rows[block_packs[b] .. block_packs[b + 1]], row j's edges at
+    stage element block_stage_offsets[j] (int32).
     single_rows: the rows staged alone, each a run of one row (softmax_runs with R = 1).
     groups: (S, rows) pairs; each row of `rows` gets S lanes (degree * H <= S <= WARP).
     items, num_whole: the plan's items without the rows that went to runs, blocks or groups.
     """
 
-    def __init__(self, plan, run_rows, runs, num_runs, block_rows, single_rows, groups, items, num_whole):
+    def __init__(self, plan, run_rows, runs, num_runs, block_packs, single_rows, groups, items, num_whole):
         self.plan = plan
         self.run_rows = run_rows
         self.runs = runs
         self.num_runs = num_runs
-        self.block_rows = block_rows
+        self.block_rows, self.block_stage_offsets, self.block_packs = block_packs
+        self.num_block_packs = len(self.block_packs) - 1
         self.single_rows = single_rows
         self.groups = groups
         self.items = items
@@ -190,6 +195,35 @@ def _block_rows(degrees, heads, capacity, free):
     return cupy.flatnonzero(fits & free).astype(np.int64)  # host sync
 
 
+def _on_host(x):
+    """A NumPy copy of x (a CuPy array; NumPy in the layout tests)."""
+    return x.get() if hasattr(x, "get") else np.array(x)
+
+
+def _pack_block_rows(block_rows, degrees, heads, capacity):
+    """(rows, stage offsets, pack starts) of the block rows packed into blocks: a row whose
+    slice (padded to an even count of elements, so that a float16 word never straddles two
+    rows) takes at most 1/k of a block's stage shares a block with k - 1 others of its kind
+    (k at most MAX_BLOCK_ROWS), each at the sum of those before it; the packs of the widest
+    rows first. One block per narrow row would leave most of its stage idle, and so most of
+    the bytes an SM can have in flight."""
+    cupy = backend.cupy
+    rows = _on_host(block_rows)  # host sync (once per graph, H and stage size)
+    padded = _on_host(degrees[block_rows]) * heads
+    padded += padded & 1
+    per_pack = np.minimum(MAX_BLOCK_ROWS, (BLOCK_WARPS * capacity) // np.maximum(padded, 2))
+    order = np.argsort(per_pack, kind="stable")
+    rows, padded, per_pack = rows[order], padded[order], per_pack[order]
+    # Rank of each row among those of its k, every k-th the first of a pack.
+    first_of_kind = np.flatnonzero(np.r_[True, per_pack[1:] != per_pack[:-1]])
+    rank = np.arange(len(rows)) - np.repeat(first_of_kind, np.diff(np.r_[first_of_kind, len(rows)]))
+    starts = np.flatnonzero(rank % per_pack == 0)
+    before = np.cumsum(padded) - padded  # elements of all rows before each
+    offsets = before - np.repeat(before[starts], np.diff(np.r_[starts, len(rows)]))
+    packs = np.r_[starts, len(rows)].astype(np.int64)
+    return cupy.asarray(rows, dtype=np.int64), cupy.asarray(offsets, dtype=np.int32), cupy.asarray(packs)
+
+
 def _single_rows(degrees, heads, capacity, free):
     """The whole rows, of those `free`, staged alone: wider than SINGLE_ROW_FLOOR elements and
     fitting a warp's stage (see SINGLE_ROW_FLOOR)."""
@@ -214,7 +248,7 @@ def _build_softmax_layout(graph, heads, capacity, run_rows):
     free[block_rows] = False
     single_rows = _single_rows(degrees, heads, capacity, free)
     free[single_rows] = False
-    staged = (run_rows, runs, num_runs, block_rows, single_rows)
+    staged = (run_rows, runs, num_runs, _pack_block_rows(block_rows, degrees, heads, capacity), single_rows)
     if heads == 0 or heads > MAX_BATCHED_HEADS or heads & (heads - 1):
         whole = plan.items[: plan.num_whole]
         left = whole[free[whole[:, 0]]]  # host sync

@@ -68,7 +68,10 @@ for _mode in SOFTMAX_MODES:
     _declare(
         "softmax",
         [f"softmax_block_rows_{_mode}"],
-        _params(f"const i64* rows, i64 num_rows, int H, const i64* indptr, {_SOFTMAX_ARRAYS}, lse_t* lse_out?"),
+        _params(
+            f"const i64* rows, const int* stage_offsets, const i64* packs, i64 num_packs, int H, const i64* indptr, "
+            f"{_SOFTMAX_ARRAYS}, lse_t* lse_out?"
+        ),
     )
     _declare(
         "softmax",

@@ -30,9 +30,11 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
             f"softmax_block_rows_{mode}",
             dtype,
             index_dtype,
-            (len(layout.block_rows),),
+            (layout.num_block_packs,),
             rows=layout.block_rows,
-            num_rows=len(layout.block_rows),
+            stage_offsets=layout.block_stage_offsets,
+            packs=layout.block_packs,
+            num_packs=layout.num_block_packs,
             **whole_rows,
         )
         launch(
