@@ -100,6 +100,11 @@ __device__ __forceinline__ acc_t shifted_exp(acc_t x, acc_t shift) {
 #endif
 }
 
+// The shift of a row (and head) whose max is m, for shifted_exp: m, or 0 where m is -inf, so
+// that a -inf score (or an absent element) weighs exp(-inf) = 0, not exp(NaN). A NaN or +inf
+// max stays, and makes the row NaN.
+__device__ __forceinline__ acc_t row_shift(acc_t m) { return m == neg_inf() ? (acc_t)0 : m; }
+
 // Online-softmax state of one head: running max m and running sum l of exp(s - m).
 // A state whose max is -inf holds no weight; merging keeps it exact and order-fixed.
 struct SoftmaxState {

@@ -146,9 +146,7 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
 #pragma unroll
                 for (int k = 0; k < CACHED; ++k) m = nan_max(m, cached_a[k]);
                 row_state.m = head_reduce_to_all(m, Max(), lanes);
-                // 0 where the max is -inf, so that a -inf score (or an absent element) weighs
-                // exp(-inf) = 0 (shifted_exp; a NaN or +inf max makes the row NaN).
-                acc_t shift = row_state.m == neg_inf() ? (acc_t)0 : row_state.m;
+                const acc_t shift = row_shift(row_state.m);
                 acc_t l = 0;
 #pragma unroll
                 for (int k = 0; k < CACHED; ++k) {
@@ -287,7 +285,7 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
     if (softmax_keeps_max(MODE)) {
         // The group's max, then one exp per element and the group's sum.
         acc_t m = span_allreduce(value, Max(), H, S);
-        acc_t shift = m == neg_inf() ? (acc_t)0 : m;  // a -inf score then weighs exp(-inf) = 0
+        const acc_t shift = row_shift(m);
         value = shifted_exp(value, shift);
         state.m = m;
         state.l = span_allreduce(value, Sum(), H, S);
@@ -631,8 +629,7 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
             });
             item_allreduce<BLOCK>(m, Max(), L, spill);
 #pragma unroll
-            // 0 where the max is -inf: a -inf score then weighs exp(-inf) = 0 (shifted_exp).
-            for (int h = 0; h < V; ++h) shift[h] = m[h] == neg_inf() ? (acc_t)0 : m[h];
+            for (int h = 0; h < V; ++h) shift[h] = row_shift(m[h]);
             for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, const StageHeads<V>& s) {
                 StageHeads<V> e;
 #pragma unroll

@@ -183,16 +183,20 @@ def _runs(plan, degrees, heads, capacity, run_rows):
     return runs.astype(np.int64), len(runs), in_run
 
 
-def _block_rows(degrees, heads, capacity, free):
-    """The whole rows, of those `free`, that take a block each: wider than BLOCK_ROW_FLOOR
-    elements (a warp's stage by default) and fitting a block's stage."""
-    cupy = backend.cupy
-    floor = capacity if BLOCK_ROW_FLOOR is None else BLOCK_ROW_FLOOR
-    if BLOCK_ROW_FLOOR is False or heads == 0:
-        return cupy.zeros(0, dtype=np.int64)
+def _whole_rows_of_width(degrees, heads, floor, limit, free):
+    """The whole rows, of those `free`, of more than `floor` and at most `limit` elements."""
     width = degrees * heads
-    fits = (width > floor) & (width <= BLOCK_WARPS * capacity) & (degrees <= WHOLE_ROW_EDGES)
-    return cupy.flatnonzero(fits & free).astype(np.int64)  # host sync
+    fits = (width > floor) & (width <= limit) & (degrees <= WHOLE_ROW_EDGES)
+    return backend.cupy.flatnonzero(fits & free).astype(np.int64)  # host sync
+
+
+def _block_rows(degrees, heads, capacity, free):
+    """The whole rows, of those `free`, staged in a block's stage: wider than BLOCK_ROW_FLOOR
+    elements (a warp's stage by default) and fitting a block's stage."""
+    if BLOCK_ROW_FLOOR is False or heads == 0:
+        return backend.cupy.zeros(0, dtype=np.int64)
+    floor = capacity if BLOCK_ROW_FLOOR is None else BLOCK_ROW_FLOOR
+    return _whole_rows_of_width(degrees, heads, floor, BLOCK_WARPS * capacity, free)
 
 
 def _on_host(x):
@@ -227,12 +231,9 @@ def _pack_block_rows(block_rows, degrees, heads, capacity):
 def _single_rows(degrees, heads, capacity, free):
     """The whole rows, of those `free`, staged alone: wider than SINGLE_ROW_FLOOR elements and
     fitting a warp's stage (see SINGLE_ROW_FLOOR)."""
-    cupy = backend.cupy
     if SINGLE_ROW_FLOOR is False or RUN_ROWS == 0 or heads == 0:
-        return cupy.zeros(0, dtype=np.int64)
-    width = degrees * heads
-    fits = (width > SINGLE_ROW_FLOOR) & (width <= capacity) & (degrees <= WHOLE_ROW_EDGES)
-    return cupy.flatnonzero(fits & free).astype(np.int64)  # host sync
+        return backend.cupy.zeros(0, dtype=np.int64)
+    return _whole_rows_of_width(degrees, heads, SINGLE_ROW_FLOOR, capacity, free)
 
 
 def _build_softmax_layout(graph, heads, capacity, run_rows):
