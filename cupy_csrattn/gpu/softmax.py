@@ -20,8 +20,10 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
     state_dtype = accumulation_dtype(dtype)
     partial = scratch((plan.num_split_items, heads, 2), state_dtype) if plan.num_split_items else None
     arrays = dict(a=a, g=g, lse_in=lse_in, out=out)
-    # The arguments the kernels of whole rows (block rows, runs, lane groups) share.
+    # The arguments the kernels of whole rows (block rows, runs, lane groups) share, and those
+    # of the kernels over the layout's items (the first pass and the split items' write).
     whole_rows = dict(H=heads, indptr=plan.indptr, lse_out=lse_out, **arrays)
+    item_list = dict(items=layout.items, num_items=layout.num_items, num_whole=layout.num_whole, H=heads)
     # The whole-row kernels and the first pass of the others take disjoint rows (and write
     # disjoint parts of out and lse_out, the partial states of split rows apart): a replayed
     # call runs them side by side, so that none waits for another's tail.
@@ -76,12 +78,9 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
             dtype,
             index_dtype,
             warp_grid(layout.num_items),
-            items=layout.items,
-            num_items=layout.num_items,
-            num_whole=layout.num_whole,
-            H=heads,
             lse_out=lse_out,
             partial=partial,
+            **item_list,
             **arrays,
         )
     if not plan.num_split:
@@ -105,11 +104,8 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
             dtype,
             index_dtype,
             warp_grid(plan.num_split_items),
-            items=layout.items,
-            num_items=layout.num_items,
-            num_whole=layout.num_whole,
-            H=heads,
             row_states=row_states,
+            **item_list,
             **arrays,
         )
 
