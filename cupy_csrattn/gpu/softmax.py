@@ -39,28 +39,22 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
             num_packs=layout.num_block_packs,
             **whole_rows,
         )
-        launch(
-            f"softmax_runs_{mode}",
-            dtype,
-            index_dtype,
-            warp_grid(layout.num_runs),
-            runs=layout.runs,
-            num_runs=layout.num_runs,
-            R=layout.run_rows,
-            num_rows=graph.num_dst,
-            **whole_rows,
-        )
-        launch(
-            f"softmax_runs_{mode}",
-            dtype,
-            index_dtype,
-            warp_grid(len(layout.single_rows)),
-            runs=layout.single_rows,
-            num_runs=len(layout.single_rows),
-            R=1,
-            num_rows=graph.num_dst,
-            **whole_rows,
-        )
+        # The runs, then the rows staged alone (runs of one row).
+        for runs, num_runs, R in (
+            (layout.runs, layout.num_runs, layout.run_rows),
+            (layout.single_rows, len(layout.single_rows), 1),
+        ):
+            launch(
+                f"softmax_runs_{mode}",
+                dtype,
+                index_dtype,
+                warp_grid(num_runs),
+                runs=runs,
+                num_runs=num_runs,
+                R=R,
+                num_rows=graph.num_dst,
+                **whole_rows,
+            )
         for size, rows in layout.groups:
             rows_per_warp = WARP // size
             launch(
