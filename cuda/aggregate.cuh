@@ -222,41 +222,73 @@ __device__ __forceinline__ void aggregate_rows_wide(const i64* items, i64 num_it
 
 // One warp per split row: lane l merges features l, l + WARP, ... of the row's items'
 // partials, in item order (each partial read once; SOFTMAX also rescales by the items'
-// states). Lane j < H also merges head j's softmax state for the lse (so rows without
-// features get theirs too). Bound: memory (the partials).
+// states), MERGE_SLOTS features at a time: a hub row has hundreds of items, and a lane
+// merging one feature at a time waits out one load per item and feature, so that the merge
+// of the longest row, not bandwidth, set the kernel's time. The lane holding a head's first
+// feature writes its lse; with no features (F = 0), lane j < H merges head j's states for it.
+// Bound: memory (the partials).
 template <bool SOFTMAX>
 __device__ __forceinline__ void aggregate_merge(const i64* split_rows, i64 num_split, int H, int F,
                                                 const acc_t* partial_acc, const SoftmaxState* partial_state,
                                                 scalar_t* out, lse_t* lse_out) {
+    constexpr int MERGE_SLOTS = 8;
     i64 index;
     SplitRow split;
     if (!warp_split_row(split_rows, num_split, index, split)) return;
     const int lane = lane_id();
     const i64 row = split.row, first = split.first, count = split.count;
     const i64 HF = (i64)H * F;
-    if (SOFTMAX && lse_out != 0) {
+    if (SOFTMAX && lse_out != 0 && HF == 0) {
         for (int head = lane; head < H; head += WARP) {
             SoftmaxState state = empty_state();
             for (i64 c = 0; c < count; ++c) state = merge_states(state, partial_state[(first + c) * H + head]);
             lse_out[row * H + head] = state_lse(state);
         }
     }
-    for (i64 j = lane; j < HF; j += WARP) {
-        int head = (int)(j / F);
-        acc_t acc = 0;
-        SoftmaxState state = empty_state();
+    for (i64 base = lane; base < HF; base += (i64)WARP * MERGE_SLOTS) {
+        acc_t acc[MERGE_SLOTS];
+        SoftmaxState state[MERGE_SLOTS];
+        int head[MERGE_SLOTS];
+#pragma unroll
+        for (int t = 0; t < MERGE_SLOTS; ++t) {
+            acc[t] = 0;
+            state[t] = empty_state();
+            head[t] = (int)((base + t * WARP) / F);
+        }
+#pragma unroll 2
         for (i64 c = 0; c < count; ++c) {
-            acc_t part = partial_acc[(first + c) * HF + j];
-            if (SOFTMAX) {
-                SoftmaxState other = partial_state[(first + c) * H + head];
-                SoftmaxState next = merge_states(state, other);
-                acc = acc * rescale(state.m, next.m) + (other.l == 0 ? (acc_t)0 : part * rescale(other.m, next.m));
-                state = next;
-            } else {
-                acc += part;
+            // Every slot's loads first, then the merges: MERGE_SLOTS loads in flight.
+            acc_t part[MERGE_SLOTS];
+            SoftmaxState other[MERGE_SLOTS];
+#pragma unroll
+            for (int t = 0; t < MERGE_SLOTS; ++t) {
+                const i64 j = base + t * WARP;
+                if (j < HF) {
+                    part[t] = partial_acc[(first + c) * HF + j];
+                    if (SOFTMAX) other[t] = partial_state[(first + c) * H + head[t]];
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < MERGE_SLOTS; ++t) {
+                if (base + t * WARP >= HF) continue;
+                if (SOFTMAX) {
+                    SoftmaxState next = merge_states(state[t], other[t]);
+                    acc[t] = acc[t] * rescale(state[t].m, next.m) +
+                             (other[t].l == 0 ? (acc_t)0 : part[t] * rescale(other[t].m, next.m));
+                    state[t] = next;
+                } else {
+                    acc[t] += part[t];
+                }
             }
         }
-        store_scalar(out + row * HF + j, SOFTMAX && state.l == 0 ? (acc_t)0 : (SOFTMAX ? acc / state.l : acc));
+#pragma unroll
+        for (int t = 0; t < MERGE_SLOTS; ++t) {
+            const i64 j = base + t * WARP;
+            if (j >= HF) continue;
+            store_scalar(out + row * HF + j,
+                         SOFTMAX && state[t].l == 0 ? (acc_t)0 : (SOFTMAX ? acc[t] / state[t].l : acc[t]));
+            if (SOFTMAX && lse_out != 0 && j % F == 0) lse_out[row * H + head[t]] = state_lse(state[t]);
+        }
     }
 }
 

@@ -58,7 +58,9 @@ def _close(got, want, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize(
-    "heads,features", [(None, 5), (1, 64), (3, 7), (8, 16), (40, 1), (2, 70), ((2, 1), 5), ((3, 4, 2), 3)], ids=str
+    "heads,features",
+    [(None, 5), (1, 64), (3, 7), (8, 16), (40, 1), (2, 70), (3, 100), ((2, 1), 5), ((3, 4, 2), 3)],
+    ids=str,
 )
 def test_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, features):
     rng = np.random.default_rng(7)
@@ -164,6 +166,7 @@ def _fused_inputs(rng, g, heads, head_dim, features, dtype):
         (2, 0, 3),
         (2, 4, 0),
         (1, 150, 2),
+        (2, 3, 150),
         ((2, 1), 16, 16),
         ((3, 1, 2), 5, 3),
     ],
