@@ -110,6 +110,7 @@ def test_softmax_layout_takes_each_row_once(monkeypatch, single_floor, want_sing
     the rows staged alone (wider than SINGLE_ROW_FLOOR, 256 elements by default, and fitting
     a warp's stage), the short rows in lane groups and the rest as items: each whole row once."""
     monkeypatch.setattr(backend, "cupy", np)
+    monkeypatch.setattr(plan, "BLOCK_ROW_FLOOR", None)  # block rows: wider than a warp's stage
     if single_floor is not None:
         monkeypatch.setattr(plan, "SINGLE_ROW_FLOOR", single_floor)
     degrees = [0, 3, 40, 100, 129, 5, 600, 2000, 1, 64]
@@ -131,6 +132,7 @@ def test_block_rows_pack_into_blocks_where_they_fit(monkeypatch):
     their kind where k of them fit (k at most MAX_BLOCK_ROWS), each at the sum of the padded
     (even) widths before it, the packs of the widest rows first; every row once."""
     monkeypatch.setattr(backend, "cupy", np)
+    monkeypatch.setattr(plan, "MAX_BLOCK_ROWS", 16)
     heads, capacity = 3, 1024
     block = plan.BLOCK_WARPS * capacity
     degrees = np.array([1500, 1000, 7, 1000, 1000, 5, 2000, 1, 1] + [3] * 20)
@@ -143,7 +145,7 @@ def test_block_rows_pack_into_blocks_where_they_fit(monkeypatch):
     assert got_rows[2:5] == [1, 3, 4] and packs[3] == 4 and offsets[2:5] == [0, 3000, 0]
     assert sorted(got_rows) == rows.tolist()
     # Packs: 6000, 4500, two of 3000, one of 3000, then the 24 short rows MAX_BLOCK_ROWS (16) at a time.
-    assert plan.MAX_BLOCK_ROWS == 16 and packs == [0, 1, 2, 4, 5, 21, 29]
+    assert packs == [0, 1, 2, 4, 5, 21, 29]
     for b in range(len(packs) - 1):
         members = range(packs[b], packs[b + 1])
         assert 1 <= len(members) <= plan.MAX_BLOCK_ROWS
