@@ -16,42 +16,64 @@ from cupy_csrattn.gpu import cuda_graph, replay
 
 pytest.importorskip("cupy.cuda.function", reason="replays hold CuPy's kernel-argument pointers")
 
-MEMORY = {}  # address -> the stand-in array allocated there
+BLOCKS = {}  # start address -> the bytes of a stand-in allocation
+
+
+def _allocate(nbytes):
+    """The address of a new stand-in allocation of ``nbytes``."""
+    address = FakeArray.next_address[0]
+    FakeArray.next_address[0] += 256 * (1 + nbytes // 256)
+    BLOCKS[address] = np.zeros(max(nbytes, 1), np.uint8)
+    return address
+
+
+def _block_at(address):
+    """(start address, bytes) of the stand-in allocation holding ``address``."""
+    for start, block in BLOCKS.items():
+        if start <= address < start + len(block):
+            return start, block
+    raise KeyError(address)
 
 
 class FakeMemory:
+    """Enough of cupy.cuda.MemoryPointer: an address, a device, an offset added."""
+
     def __init__(self, ptr):
         self.ptr = ptr
         self.device_id = 0
 
+    def __add__(self, offset):
+        return FakeMemory(self.ptr + offset)
+
 
 class FakeArray:
-    """Enough of cupy.ndarray for replay: shape, dtype, strides, sizes and an address."""
+    """Enough of cupy.ndarray for replay: shape, dtype, strides, sizes and an address; its
+    values lie in a stand-in allocation (its own, or ``memptr``'s)."""
 
     next_address = [1 << 20]
 
-    def __init__(self, shape, dtype, base=None):
+    def __init__(self, shape, dtype, memptr=None):
         self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
         self.dtype = np.dtype(dtype)
         self.size = int(np.prod(self.shape))
         self.nbytes = self.size * self.dtype.itemsize
         self.strides = tuple(int(np.prod(self.shape[i + 1 :])) * self.dtype.itemsize for i in range(len(self.shape)))
-        if base is None:
-            self.values = np.zeros(self.size, self.dtype)
-            address = FakeArray.next_address[0]
-            FakeArray.next_address[0] += 256 * (1 + self.nbytes // 256)
-            MEMORY[address] = self
-        else:
-            self.values, address = base.values, base.data.ptr
+        address = _allocate(self.nbytes) if memptr is None else memptr.ptr
+        start, block = _block_at(address)
+        self.values = block[address - start : address - start + self.nbytes].view(self.dtype).reshape(self.shape)
         self.data = FakeMemory(address)
 
     def reshape(self, *shape):
-        return FakeArray(shape[0] if len(shape) == 1 else shape, self.dtype, base=self)
+        return FakeArray(shape[0] if len(shape) == 1 else shape, self.dtype, memptr=self.data)
 
 
 def _array(value):
-    """The stand-in array a kernel argument points to: an array itself, or an address."""
-    return value if isinstance(value, FakeArray) else MEMORY[ctypes.c_int64.from_address(value.ptr).value]
+    """The six float32 values a kernel argument points to: an array's, or at an address."""
+    if isinstance(value, FakeArray):
+        return value.values.reshape(-1)
+    address = ctypes.c_int64.from_address(value.ptr).value
+    start, block = _block_at(address)
+    return block[address - start : address - start + 24].view(np.float32)
 
 
 def _float(value):
@@ -69,7 +91,7 @@ class FakeKernel:
 
     def __call__(self, grid, block, args):
         x, table, out, scale = args
-        _array(out).values[:] = _float(scale) * _array(x).values + _array(table).values
+        _array(out)[:] = _float(scale) * _array(x) + _array(table)
 
 
 KERNEL = FakeKernel()
@@ -113,7 +135,8 @@ class FakeStream:
 @pytest.fixture
 def public(monkeypatch):
     runtime = SimpleNamespace(getDevice=lambda: 0)
-    fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=SimpleNamespace(runtime=runtime, get_current_stream=FakeStream))
+    cuda = SimpleNamespace(runtime=runtime, get_current_stream=FakeStream, alloc=lambda n: FakeMemory(_allocate(n)))
+    fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=cuda)
     monkeypatch.setattr(backend, "cupy", fake_cupy)
     monkeypatch.setattr(replay, "_driver_api", SimpleNamespace(ctxGetCurrent=lambda: 1))
     monkeypatch.setattr(cuda_graph, "driver", lambda: None)  # kernel by kernel unless a test sets a driver
@@ -389,3 +412,47 @@ def test_a_graph_sets_only_the_arguments_that_changed(public, monkeypatch):
         if want_set is not None:
             assert fake.params_set - before == want_set, f"call {call}"
     assert fake.graph_launches == 5
+
+
+def test_a_replay_returns_its_results_in_one_allocation_and_frees_its_scratch(public, monkeypatch):
+    """A replay allocates one block for the arrays it returns (each at an offset aligned for
+    any vector load) and another for its scratch, which no result holds; a returned array
+    alone in its block is allocated as itself."""
+    fake = FakeDriver()
+    monkeypatch.setattr(cuda_graph, "driver", fake.functions)
+    op, graph = replay.replayed(staged), FakeGraph()
+    for seed in range(2):  # the full call, the recorded one
+        op(graph, _x(seed))
+    (record,) = graph.cache["replay records"].values()
+    out, right = op(graph, _x(2))
+    (held, _), (other, _) = _block_at(out.data.ptr), _block_at(right.data.ptr)
+    assert held == other and {out.data.ptr - held, right.data.ptr - held} == {0, replay.ALIGNMENT}
+    # out and right, then mid and left
+    assert [(size, alone) for size, alone, _ in record._blocks] == [(2 * replay.ALIGNMENT, False)] * 2
+
+
+def reshaped(graph, x):
+    """A stand-in op returning its output reshaped, as the ops return (N, *S, F) arrays."""
+    return scaled_plus_table(graph, x).reshape(2, 3)
+
+
+def test_a_replayed_result_has_the_recorded_shape(public):
+    op, graph = replay.replayed(reshaped), FakeGraph()
+    for seed in range(4):
+        x = _x(seed)
+        out = op(graph, x)
+        assert out.shape == (2, 3)
+        np.testing.assert_array_equal(out.values.reshape(-1), np.float32(2.0) * x.values + TABLE.values)
+    assert len(FULL_CALLS) == 2
+
+
+def test_a_lone_result_is_an_array_of_its_own(public, monkeypatch):
+    """A replay returning one array and using no scratch allocates that array alone, no block."""
+    blocks = []
+    allocate = backend.cupy.cuda.alloc
+    monkeypatch.setattr(backend.cupy.cuda, "alloc", lambda n: blocks.append(n) or allocate(n))
+    graph = FakeGraph()
+    for seed in range(4):
+        x = _x(seed)
+        np.testing.assert_array_equal(public(graph, x).values, np.float32(2.0) * x.values + TABLE.values)
+    assert len(FULL_CALLS) == 2 and blocks == []

@@ -5,9 +5,10 @@ the same description: the op, the types, dtypes, shapes, strides and alignments 
 arrays, the values of the scalars, the current device. Once validated and run, such a call
 is recorded: the kernels it launched (grids, argument tuples) and the arrays it allocated
 (outputs and scratch). A later call with the same description skips validation, placement and the
-launchers' choices: it allocates fresh arrays of the recorded shapes, puts the caller's
-arrays and the new ones in the argument tuples where the recorded call had its own, and
-launches the same kernels in the same order on the current stream. The results are those of
+launchers' choices: it allocates fresh memory for the recorded arrays (one block for the
+arrays it returns, one for its scratch), puts the addresses of the caller's arrays and the
+new ones in the argument lists where the recorded call had its own, and launches the same
+kernels in the same order on the current stream. The results are those of
 the full call, bit for bit, because it is the same work.
 
 A call is recorded at its second occurrence (its first may build the graph's derived data,
@@ -160,8 +161,8 @@ class _NotReplayable(Exception):
 
 
 class _Slot(NamedTuple):
-    """Where a result comes from: a caller's array (_IN) or a new allocation (_NEW), reshaped
-    to ``shape`` unless None."""
+    """Where a result comes from: a caller's array (_IN, ``shape`` None) or a new allocation
+    (_NEW), returned with ``shape``."""
 
     source: int
     index: int
@@ -177,12 +178,13 @@ class Replay:
     a stream being captured, no current context, a graph the driver refused) launches go
     straight to each kernel's CUDA function with argument lists converted once: the graph's
     arrays and the scalars as CuPy's kernel-argument pointers (what a launch would build
-    from them on every call). Either way the call's own arrays are filled in per call.
+    from them on every call). Either way the call's own arrays are filled in per call. The
+    arrays a call returns share one allocation, freed when the last of them is: one allocation
+    and an array header per result cost the host less than an allocation per array.
     """
 
     def __init__(self, collected, arrays, result):
         cupy = backend.cupy
-        self.allocations = [(a.shape, a.dtype) for a in collected.allocations]
         self.launches = []
         self._graph_arrays = []  # keeps the arrays whose addresses the lists hold alive
         graph_launches = []
@@ -210,8 +212,63 @@ class Replay:
             self.launches.append((kernel.kernel, grid, block, template, slots))
             graph_launches.append((kernel.kernel.ptr, grid, block, values, stage))
         self.result = self._template(result, arrays, collected.allocations)
+        self._place_allocations(collected.allocations)
         self._graph = _kernel_graph(graph_launches)
         self._graph_lock = threading.Lock()  # a graph's argument slots serve one call at a time
+
+    def _place_allocations(self, allocations):
+        """Where a replay puts each recorded allocation. The arrays the call returns share one
+        block of memory, its scratch another (freed when the call returns, so that no result
+        holds it), each array at an offset aligned as a fresh allocation's start is for any
+        vector load. A returned array alone in its block is allocated as itself.
+        ``_blocks``: (bytes, alone, members), members (index, offset, shape to return or None)."""
+        returned = {}
+
+        def collect(template):
+            if isinstance(template, _Slot):
+                if template.source == _NEW:
+                    returned[template.index] = template.shape
+            elif template is not None:
+                for part in template:
+                    collect(part)
+
+        collect(self.result)
+        self._dtypes = [array.dtype for array in allocations]
+        self._blocks = []
+        for keep in (True, False):
+            members, size = [], 0
+            for index, array in enumerate(allocations):
+                if (index in returned) == keep:
+                    members.append((index, size, returned.get(index)))
+                    size += -(-array.nbytes // ALIGNMENT) * ALIGNMENT
+            if members:
+                self._blocks.append((size, keep and len(members) == 1, members))
+        self._lone = None  # the shape of the one array of a call that returns it and uses no scratch
+        if len(self._blocks) == 1 and self._blocks[0][1]:
+            self._lone = self._blocks[0][2][0][2]
+
+    def _allocate(self):
+        """(memory, addresses, arrays) of a replay: the blocks of memory it allocated (to be held
+        until its kernels are launched), the address of each allocation and the array of each
+        returned one (None for scratch), by allocation index."""
+        cupy = backend.cupy
+        if self._lone is not None:  # most ops: one returned array, no scratch
+            array = cupy.ndarray(self._lone, self._dtypes[0])
+            return None, [array.data.ptr], [array]
+        memory, addresses, arrays = [], [0] * len(self._dtypes), [None] * len(self._dtypes)
+        for size, alone, members in self._blocks:
+            if alone:
+                ((index, _, shape),) = members
+                array = arrays[index] = cupy.ndarray(shape, self._dtypes[index])
+                addresses[index] = array.data.ptr
+                continue
+            block = cupy.cuda.alloc(size)
+            memory.append(block)
+            for index, offset, shape in members:
+                addresses[index] = block.ptr + offset
+                if shape is not None:
+                    arrays[index] = cupy.ndarray(shape, self._dtypes[index], block + offset)
+        return memory, addresses, arrays
 
     @staticmethod
     def _template(result, arrays, allocations):
@@ -224,12 +281,13 @@ class Replay:
                 return _Slot(_IN, index, None)
         for index, array in enumerate(allocations):
             if type(result) is type(array) and result.data.ptr == array.data.ptr and result.nbytes == array.nbytes:
-                return _Slot(_NEW, index, None if result.shape == array.shape else result.shape)
+                return _Slot(_NEW, index, result.shape)
         raise _NotReplayable("a result is neither an argument nor an allocation")
 
     def __call__(self, arrays):
         cupy = backend.cupy
-        new = [cupy.ndarray(shape, dtype) for shape, dtype in self.allocations]
+        memory, new, returned = self._allocate()
+        addresses = ([array.data.ptr for array in arrays], new)  # by source: the caller's, the new ones
         graph = self._graph
         if graph is not None:
             stream = cupy.cuda.get_current_stream()
@@ -237,22 +295,38 @@ class Replay:
                 with self._graph_lock:
                     for values, (_, _, _, _, slots) in zip(graph.arguments, self.launches):
                         for position, source, index, offset in slots:
-                            values[position] = (arrays[index] if source == _IN else new[index]).data.ptr + offset
+                            values[position] = addresses[source][index] + offset
                     if graph.launch(stream.ptr):
-                        return _build(self.result, arrays, new)
+                        return _build(self.result, arrays, returned)
                 self._graph = None  # refused by the driver: kernel by kernel from now on
         for function, grid, block, template, slots in self.launches:
             args = template.copy()
             for position, source, index, offset in slots:
-                args[position] = _ADDRESS((arrays[index] if source == _IN else new[index]).data.ptr + offset)
+                args[position] = _ADDRESS(addresses[source][index] + offset)
             function(grid, block, args)
-        return _build(self.result, arrays, new)
+        return _build(self.result, arrays, returned)
+
+
+def _build(template, arrays, returned):
+    """The call's results: the caller's arrays, or the returned allocations' arrays."""
+    if template is None:
+        return None
+    if not isinstance(template, _Slot):
+        return tuple(_build(t, arrays, returned) for t in template)
+    return arrays[template.index] if template.source == _IN else returned[template.index]
+
+
+# Offsets of a replay's allocations in its blocks: CuPy's memory pool aligns each allocation
+# to 512 bytes, and the launchers chose vector loads (up to 16 bytes) for the recorded ones.
+ALIGNMENT = 256
 
 
 # Records of fewer kernels launch them directly: a graph costs a launch of its own, and a
 # kernel's CUDA function called with its converted argument list costs less host time than
 # cuLaunchKernel through ctypes on argument slots (measured on the 384-row graph: about 20
-# against 23 us per edge_softmax call, back to back).
+# against 23 us per edge_softmax call, back to back). A one-kernel graph saves host time
+# where a call's addresses repeat, and costs more where its outputs move from call to call
+# (setting the node's parameters every call): 0.88-1.32x the direct launch's host time.
 GRAPH_MIN_LAUNCHES = 2
 
 
@@ -265,16 +339,6 @@ def _kernel_graph(launches):
         return cuda_graph.KernelGraph(functions, launches)
     except cuda_graph.GraphError:
         return None
-
-
-def _build(template, arrays, new):
-    if template is None:
-        return None
-    if not isinstance(template, _Slot):
-        return tuple(_build(t, arrays, new) for t in template)
-    source, index, shape = template
-    array = arrays[index] if source == _IN else new[index]
-    return array if shape is None else array.reshape(shape)
 
 
 def _records(graph):
