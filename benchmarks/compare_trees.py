@@ -4,10 +4,11 @@ graphs and inputs (this library's ops only, no baselines): is a change faster or
 Run on a machine with a GPU, from the repository root:
     git archive OLD_COMMIT | tar -x -C /tmp/old
     python3 benchmarks/compare_trees.py /tmp/old . results.json [GRAPH ...] [--case TEXT ...]
-        [--tree NAME=TREE ...]
+        [--tree NAME=TREE ...] [--host] [--rounds N]
 Each case runs old, new, old, new (median of REPEAT event-timed calls each, through the new
-tree's cupy_csrattn.bench.timing.time_gpu);
-the two runs of the old tree give the run-to-run noise. --tree adds checkouts timed in the
+tree's cupy_csrattn.bench.timing.time_gpu; with --host, the host's cost of issuing one call,
+through its time_host_call; --rounds N: N rounds instead of two, their medians compared);
+the first two runs of the old tree give the run-to-run noise. --tree adds checkouts timed in the
 same rounds after new, each record giving their times and ratios to old under "more". The
 graphs come from the new tree's cupy_csrattn.datasets: a uniform graph of 1M rows and 16M
 edges, an R-MAT graph of scale 20, a 384-row graph (per-call cost) and a dense graph of 100k
@@ -133,14 +134,18 @@ def _backward(saved, op, *inputs_and_grad, package, graph):
     getattr(package, op + "_backward")(graph, *inputs_and_grad[:-1], out, inputs_and_grad[-1], lse)
 
 
-def main(old_tree, new_tree, out_path, *names, case_filter=(), more_trees=()):
-    """more_trees: (name, tree) pairs timed beside old and new."""
+def main(old_tree, new_tree, out_path, *names, case_filter=(), more_trees=(), host=False, rounds=2):
+    """more_trees: (name, tree) pairs timed beside old and new; host: time the host's cost of
+    issuing each call (microseconds) instead of the GPU's time (milliseconds); rounds: how many
+    times each tree is timed per case (the median is compared)."""
     new = load(new_tree)
     # The new tree's timer (an older tree may have none); it keeps working after load() below
     # drops the new tree's modules from sys.modules.
-    from cupy_csrattn.bench.timing import time_gpu
+    from cupy_csrattn.bench.timing import time_gpu, time_host_call
 
-    time_call = partial(time_gpu, repeat=REPEAT, warmup=WARMUP)
+    time_call = time_host_call if host else partial(time_gpu, repeat=REPEAT, warmup=WARMUP)
+    unit = "us" if host else "ms"
+    key = "host_us" if host else "ms"
     arrays = graphs(new.datasets, names or list(GRAPHS))
     packages = {"new": new, **{tag: load(tree) for tag, tree in more_trees}, "old": load(old_tree)}
     order = ["old", "new"] + [tag for tag, _ in more_trees]
@@ -157,18 +162,18 @@ def main(old_tree, new_tree, out_path, *names, case_filter=(), more_trees=()):
                 continue
             fn = make()
             times = {tag: [] for tag in order}
-            for tag in order + order:
+            for tag in order * rounds:
                 times[tag].append(time_call(partial(fn, package=packages[tag], graph=graph_of[tag])))
-            ms = {tag: statistics.mean(t) for tag, t in times.items()}
+            ms = {tag: statistics.median(t) for tag, t in times.items()}
             noise = abs(times["old"][0] - times["old"][1]) / ms["old"]
-            record = dict(graph=name, case=case, old_ms=times["old"], new_ms=times["new"])
+            record = {"graph": name, "case": case, f"old_{key}": times["old"], f"new_{key}": times["new"]}
             record.update(ratio=ms["new"] / ms["old"], noise=noise)
             if more_trees:
-                record["more"] = {tag: dict(ms=times[tag], ratio=ms[tag] / ms["old"]) for tag, _ in more_trees}
+                record["more"] = {tag: {key: times[tag], "ratio": ms[tag] / ms["old"]} for tag, _ in more_trees}
             records.append(record)
-            more = "".join(f"  {tag} {ms[tag]:9.4f} ms {ms[tag] / ms['old']:5.3f}" for tag, _ in more_trees)
+            more = "".join(f"  {tag} {ms[tag]:9.4f} {unit} {ms[tag] / ms['old']:5.3f}" for tag, _ in more_trees)
             print(
-                f"{name:>11} {case:<42} old {ms['old']:9.4f} ms  new {ms['new']:9.4f} ms  new/old "
+                f"{name:>11} {case:<42} old {ms['old']:9.4f} {unit}  new {ms['new']:9.4f} {unit}  new/old "
                 f"{ms['new'] / ms['old']:5.3f}{more}  (old run-to-run {noise * 100:4.1f}%)",
                 flush=True,
             )
@@ -198,6 +203,8 @@ def _arguments(argv):
     parser.add_argument("graphs", nargs="*", metavar="GRAPH", help=f"of {sorted(GRAPHS)} (default: all)")
     parser.add_argument("--case", nargs="+", default=(), metavar="TEXT", help="only cases whose name contains a TEXT")
     parser.add_argument("--tree", nargs="+", type=_tree, default=(), metavar="NAME=TREE", help="more trees to time")
+    parser.add_argument("--host", action="store_true", help="time the host's cost of issuing a call, not the GPU's")
+    parser.add_argument("--rounds", type=int, default=2, help="times each tree is timed per case (default 2)")
     return parser.parse_args(argv)
 
 
@@ -210,4 +217,6 @@ if __name__ == "__main__":
         *args.graphs,
         case_filter=tuple(args.case),
         more_trees=tuple(args.tree),
+        host=args.host,
+        rounds=args.rounds,
     )

@@ -842,6 +842,9 @@ def test_compare_trees_takes_more_trees_by_name():
     args = compare._arguments("old new out.json rmat-20 --case edge_softmax --tree a=/tmp/a b=/tmp/b".split())
     assert (args.old_tree, args.new_tree, args.out_path, args.graphs) == ("old", "new", "out.json", ["rmat-20"])
     assert args.case == ["edge_softmax"] and args.tree == [("a", "/tmp/a"), ("b", "/tmp/b")]
+    assert (args.host, args.rounds) == (False, 2)
+    args = compare._arguments("old new out.json small-384 --host --rounds 9".split())
+    assert (args.graphs, args.host, args.rounds) == (["small-384"], True, 9)
     for bad in ("a", "=x", "old=x", "new=x", "a="):
         with pytest.raises(SystemExit):
             compare._arguments(["o", "n", "out.json", "--tree", bad])
