@@ -252,9 +252,6 @@ class Replay:
         until its kernels are launched), the address of each allocation and the array of each
         returned one (None for scratch), by allocation index."""
         cupy = backend.cupy
-        if self._lone is not None:  # most ops: one returned array, no scratch
-            array = cupy.ndarray(self._lone, self._dtypes[0])
-            return None, [array.data.ptr], [array]
         memory, addresses, arrays = [], [0] * len(self._dtypes), [None] * len(self._dtypes)
         for size, alone, members in self._blocks:
             if alone:
@@ -286,8 +283,13 @@ class Replay:
 
     def __call__(self, arrays):
         cupy = backend.cupy
-        memory, new, returned = self._allocate()
-        addresses = ([array.data.ptr for array in arrays], new)  # by source: the caller's, the new ones
+        # new: the address of each allocation; memory: the blocks holding them, held until the
+        # kernels are launched (freed earlier, the pool could hand them to another array)
+        if self._lone is not None:  # most ops: one returned array, no scratch
+            array = cupy.ndarray(self._lone, self._dtypes[0])
+            memory, new, returned = None, [array.data.ptr], [array]
+        else:
+            memory, new, returned = self._allocate()
         graph = self._graph
         if graph is not None:
             stream = cupy.cuda.get_current_stream()
@@ -295,14 +297,14 @@ class Replay:
                 with self._graph_lock:
                     for values, (_, _, _, _, slots) in zip(graph.arguments, self.launches):
                         for position, source, index, offset in slots:
-                            values[position] = addresses[source][index] + offset
+                            values[position] = (arrays[index].data.ptr if source == _IN else new[index]) + offset
                     if graph.launch(stream.ptr):
                         return _build(self.result, arrays, returned)
                 self._graph = None  # refused by the driver: kernel by kernel from now on
         for function, grid, block, template, slots in self.launches:
             args = template.copy()
             for position, source, index, offset in slots:
-                args[position] = _ADDRESS(addresses[source][index] + offset)
+                args[position] = _ADDRESS((arrays[index].data.ptr if source == _IN else new[index]) + offset)
             function(grid, block, args)
         return _build(self.result, arrays, returned)
 
