@@ -327,8 +327,9 @@ ALIGNMENT = 256
 # kernel's CUDA function called with its converted argument list costs less host time than
 # cuLaunchKernel through ctypes on argument slots (measured on the 384-row graph: about 20
 # against 23 us per edge_softmax call, back to back). A one-kernel graph saves host time
-# where a call's addresses repeat, and costs more where its outputs move from call to call
-# (setting the node's parameters every call): 0.88-1.32x the direct launch's host time.
+# where a call's addresses repeat (0.86-0.96x the direct launch's host time) and costs more
+# where its outputs move from call to call, setting the node's parameters on every call (the
+# fused forwards, their outputs kept: 0.95-1.11x; benchmarks/results/host_37cbadf_611e7ce_*).
 GRAPH_MIN_LAUNCHES = 2
 
 
