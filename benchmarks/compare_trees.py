@@ -205,7 +205,10 @@ def _arguments(argv):
     parser.add_argument("--tree", nargs="+", type=_tree, default=(), metavar="NAME=TREE", help="more trees to time")
     parser.add_argument("--host", action="store_true", help="time the host's cost of issuing a call, not the GPU's")
     parser.add_argument("--rounds", type=int, default=2, help="times each tree is timed per case (default 2)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.rounds < 2:  # the first two rounds of the old tree give the noise
+        parser.error(f"--rounds must be at least 2; got {args.rounds}")
+    return args
 
 
 if __name__ == "__main__":

@@ -845,6 +845,8 @@ def test_compare_trees_takes_more_trees_by_name():
     assert (args.host, args.rounds) == (False, 2)
     args = compare._arguments("old new out.json small-384 --host --rounds 9".split())
     assert (args.graphs, args.host, args.rounds) == (["small-384"], True, 9)
+    with pytest.raises(SystemExit):
+        compare._arguments("old new out.json --rounds 1".split())
     for bad in ("a", "=x", "old=x", "new=x", "a="):
         with pytest.raises(SystemExit):
             compare._arguments(["o", "n", "out.json", "--tree", bad])
