@@ -321,10 +321,13 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
     constexpr bool JOIN_AT_USE = sizeof(scalar_t) != sizeof(acc_t);
     static_assert(!(V2 && EDGE), "gatv2 takes no edge data");
     static_assert(!GIVEN || (STAGE == SPAN_FORWARD && !EDGE), "given scores: the forward only, no edge data");
-    // Edges in flight per warp. Measured on an H200: four (where a lane's segment is short)
-    // made the backward's row pass 1.3x slower on an R-MAT graph (more registers, fewer warps
-    // to hide each item's start).
-    constexpr int SPAN_EDGES = 2;
+    // Edges in flight per group: two; four for gat in float16 where a lane gathers at most 16
+    // bytes of a row per edge, so that its warps have as many bytes in flight as float32 ones
+    // (held packed, four float16 rows take the registers of two float32 ones; the dot kernels,
+    // which gather two rows per edge, would spill under their register caps). Measured on an
+    // H200: four in float32 (where a lane's segment is short) made the backward's row pass 1.3x
+    // slower on an R-MAT graph (more registers, fewer warps to hide each item's start).
+    constexpr int SPAN_EDGES = KIND == SCORE_GAT && STAGE == SPAN_FORWARD && sizeof(scalar_t) == 2 && W * sizeof(scalar_t) <= 16 ? 4 : 2;
     const Item item = plan_item(items, index);
     const SpanLanes lanes = span_lanes(H, S);
     const int group_lanes = lanes.group_lanes, G = lanes.G, g = lanes.g, h = lanes.h, r = lanes.r;
