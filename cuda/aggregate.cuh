@@ -82,13 +82,13 @@ __device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num
                 my_weight = w(e0 + my_edge, item.row, my_col, my_head);
             }
             if (W::KIND == SOFTMAX_TWO_PASS) {
-                my_weight = (!active || my_weight == neg_inf()) ? (acc_t)0 : exp_acc(my_weight - head_max);
+                my_weight = active ? score_weight(my_weight, head_max) : (acc_t)0;
             } else if (W::KIND == SOFTMAX_ONLINE) {
                 acc_t score = active ? my_weight : neg_inf();
                 acc_t new_max = nan_max(running_max, head_reduce_to_all(score, Max(), lanes));
                 acc_t factor = rescale(running_max, new_max);
                 running_max = new_max;
-                my_weight = score == neg_inf() ? (acc_t)0 : exp_acc(score - new_max);
+                my_weight = score_weight(score, new_max);
                 weight_sum *= factor;
 #pragma unroll
                 for (int t = 0; t < BATCH_ACC; ++t) {

@@ -86,25 +86,6 @@ __device__ __forceinline__ acc_t exp_acc(acc_t x) {
 #endif
 __device__ __forceinline__ acc_t log_acc(acc_t x) { return log(x); }
 
-// exp(x - shift) of a score x in a row whose shift is 0 where the row's max is -inf, so that a
-// -inf score weighs exp(-inf) = 0. float32 needs no test (ex2.approx of -inf is 0); float64
-// keeps it: its exp is a long inline sequence, and without the test the staged kernels' groups
-// of exps took more registers and spilled (ptxas, sm_90: softmax_runs_forward 46 -> 64
-// registers with 16 bytes spilled, softmax_rows_forward 56 -> 74), and float64 edge_softmax
-// ran 1.24x slower on an R-MAT graph (H200).
-__device__ __forceinline__ acc_t shifted_exp(acc_t x, acc_t shift) {
-#if CSR_DTYPE == 1
-    return x == neg_inf() ? (acc_t)0 : exp_acc(x - shift);
-#else
-    return exp_acc(x - shift);
-#endif
-}
-
-// The shift of a row (and head) whose max is m, for shifted_exp: m, or 0 where m is -inf, so
-// that a -inf score (or an absent element) weighs exp(-inf) = 0, not exp(NaN). A NaN or +inf
-// max stays, and makes the row NaN.
-__device__ __forceinline__ acc_t row_shift(acc_t m) { return m == neg_inf() ? (acc_t)0 : m; }
-
 // Online-softmax state of one head: running max m and running sum l of exp(s - m).
 // A state whose max is -inf holds no weight; merging keeps it exact and order-fixed.
 struct SoftmaxState {
@@ -132,6 +113,25 @@ __device__ __forceinline__ acc_t rescale(acc_t m_old, acc_t m_new) {
 __device__ __forceinline__ acc_t score_weight(acc_t score, acc_t m) {
     return score == neg_inf() ? (acc_t)0 : exp_acc(score - m);
 }
+
+// exp(x - shift) of a score x in a row whose shift is 0 where the row's max is -inf, so that a
+// -inf score weighs exp(-inf) = 0. float32 needs no test (ex2.approx of -inf is 0); float64
+// keeps it: its exp is a long inline sequence, and without the test the staged kernels' groups
+// of exps took more registers and spilled (ptxas, sm_90: softmax_runs_forward 46 -> 64
+// registers with 16 bytes spilled, softmax_rows_forward 56 -> 74), and float64 edge_softmax
+// ran 1.24x slower on an R-MAT graph (H200).
+__device__ __forceinline__ acc_t shifted_exp(acc_t x, acc_t shift) {
+#if CSR_DTYPE == 1
+    return score_weight(x, shift);
+#else
+    return exp_acc(x - shift);
+#endif
+}
+
+// The shift of a row (and head) whose max is m, for shifted_exp: m, or 0 where m is -inf, so
+// that a -inf score (or an absent element) weighs exp(-inf) = 0, not exp(NaN). A NaN or +inf
+// max stays, and makes the row NaN.
+__device__ __forceinline__ acc_t row_shift(acc_t m) { return m == neg_inf() ? (acc_t)0 : m; }
 
 // max that propagates NaN (fmax would drop it: a NaN score must poison its row). float32 on
 // sm_80 and later: max.NaN, one instruction for the compare-and-select of the generic form.

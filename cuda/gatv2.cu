@@ -130,7 +130,7 @@ __device__ __forceinline__ void gatv2_rows(const GatV2Args& a) {
                     if (MODE == GATV2_FORWARD) {
                         const acc_t new_max = nan_max(state.m, score);
                         const acc_t factor = rescale(state.m, new_max);
-                        const acc_t p = score == neg_inf() ? (acc_t)0 : exp_acc(score - new_max);
+                        const acc_t p = score_weight(score, new_max);
                         state.l = state.l * factor + p;
                         state.m = new_max;
 #pragma unroll
