@@ -601,17 +601,20 @@ __device__ __forceinline__ void attention_span(SPAN_ARGS) {
     }
 }
 
-// Blocks per multiprocessor that the compiler must fit (registers capped to match) for the
-// dot and gat kernels: the forward 4 (32 warps), the dot score's backward passes in float16 3;
-// others as many as their registers allow. Measured on an H200 (1M-node uniform and R-MAT
-// graphs, against no bound, when gathered rows were held converted): the forward of float16
-// H = 8, F = 16 ran 0.73-0.89x the time, the float16 dot backward 0.73-0.77x; capping the
-// float32 H = 4, D = F = 64 dot backward (96-110 registers, two blocks) to 3 or 4 blocks
-// spilled and ran 1.09-1.48x slower. Held packed, the float16 span8x1 forward and grad fit
-// their caps without spills (ptxas, sm_90).
+// Blocks per multiprocessor that the compiler must fit (registers capped to match) for the dot and
+// gat kernels: the forward 4 (32 warps), the dot score's backward passes in float16 3, the gat
+// source pass in float16 4; others as many as their registers allow. Measured on an H200 (1M-node
+// uniform and R-MAT graphs, against no bound, when gathered rows were held converted): the forward
+// of float16 H = 8, F = 16 ran 0.73-0.89x the time, the float16 dot backward 0.73-0.77x; capping
+// the float32 H = 4, D = F = 64 dot backward (96-110 registers, two blocks) to 3 or 4 blocks
+// spilled and ran 1.09-1.48x slower. Held packed, the float16 span8x1 forward and grad fit their
+// caps without spills (ptxas, sm_90). The float16 gat source pass (77 registers, three blocks,
+// uncapped) spills 16 bytes at four and runs 0.96-0.98x the time on the three graphs; float32's
+// (span4x2) at four spills more and ran 1.01-1.09x slower.
 __host__ __device__ constexpr int span_min_blocks(int stage, int kind) {
     return kind != SCORE_DOT && kind != SCORE_GAT ? 1
            : stage == SPAN_FORWARD                ? 4
+           : kind == SCORE_GAT && stage == SPAN_SOURCES && sizeof(scalar_t) == 2 ? 4
            : kind == SCORE_DOT && sizeof(scalar_t) == 2 ? 3
                                                   : 1;
 }
