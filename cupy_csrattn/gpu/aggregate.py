@@ -55,7 +55,7 @@ def merge_split_rows(graph, plan, out, partial_acc, partial_state=None, lse_out=
         "aggregate_merge_softmax" if softmax else "aggregate_merge_sum",
         out.dtype,
         graph.index_dtype,
-        warp_grid(plan.num_split),
+        (plan.num_split,),  # a block per split row
         split_rows=plan.split_rows,
         num_split=plan.num_split,
         H=out.shape[1],
