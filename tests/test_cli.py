@@ -797,7 +797,8 @@ def test_bench_attention_script_times_each_fused_backward_in_float16(monkeypatch
     cases = load_benchmark("bench_attention").cases()
     for op in ("graph_attention", "gat_attention", "gatv2_attention"):
         float16 = [c for c in cases if c.op.startswith(op) and c.dtype == "float16"]
-        assert float16 == [bm.Case(op, "float16", 8, 16, False), bm.Case(op + "_backward", "float16", 8, 16, False)]
+        shapes = ((8, 16), (4, 64))
+        assert float16 == [bm.Case(op + part, "float16", H, F, False) for H, F in shapes for part in ("", "_backward")]
         # the backward-only estimate needs the forward of the same case in the run
         backward = [c for c in cases if c.op == op + "_backward"]
         assert all(dataclasses.replace(c, op=op) in cases for c in backward)
