@@ -246,17 +246,25 @@ __device__ __forceinline__ acc_t segment_dot(const acc_t* a, const acc_t* b) {
     return sum;
 }
 
-// Stores W accumulators of a lane's segment at dst (whole rows, through store_scalar) or at
-// partial (split items, in the accumulation type), masked past the width.
-template <int W>
+// Stores the W = VEC * NV accumulators of a lane's segment at dst (whole rows, VEC elements a
+// store, as span_load loads them: the width is a multiple of VEC) or at partial (split items,
+// in the accumulation type), masked past the width.
+template <int VEC, int NV>
 __device__ __forceinline__ void span_store(const acc_t* acc, acc_t scale_by, bool on, int r, int width,
                                            scalar_t* dst, acc_t* partial) {
+    constexpr int W = VEC * NV;
     if (!on) return;
+    if (partial != 0) {
 #pragma unroll
-    for (int i = 0; i < W; ++i) {
-        if (r * W + i >= width) break;
-        if (partial != 0) partial[r * W + i] = acc[i];
-        else store_scalar(dst + r * W + i, acc[i] * scale_by);
+        for (int i = 0; i < W; ++i) {
+            if (r * W + i >= width) break;
+            partial[r * W + i] = acc[i];
+        }
+        return;
+    }
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+        if (r * W + v * VEC < width) store_vec<VEC>(dst + r * W + v * VEC, acc + v * VEC, scale_by);
     }
 }
 
@@ -477,12 +485,10 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                     // The edge's gradient, written once, in edge order: dot: w1 * q[row] +
                     // p * grad_out[row] (D = F); gat: w1.
                     if (DOT && on) {
-                        scalar_t* dst = grad_edge + (edge_ids[u] * H + h) * D + r * W;
+                        acc_t grad[W];
 #pragma unroll
-                        for (int i = 0; i < W; ++i) {
-                            if (r * W + i >= D) break;
-                            store_scalar(dst + i, w1 * own_d[i] + p * own_f[i]);
-                        }
+                        for (int i = 0; i < W; ++i) grad[i] = w1 * own_d[i] + p * own_f[i];
+                        span_store<VEC, NV>(grad, 1, true, r, D, grad_edge + (edge_ids[u] * H + h) * D, 0);
                     }
                     if (!DOT && on && r == 0) store_scalar(grad_edge + edge_ids[u] * H + h, w1);
                 }
@@ -536,7 +542,7 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
     const int HD = H * D, HF = H * F;
     if (STAGE == SPAN_FORWARD) {
         acc_t inverse = state.l == 0 ? (acc_t)0 : (acc_t)1 / state.l;
-        span_store<W>(acc_f, inverse, on, r, F, out1 + row * HF + h * F, split ? partial1 + slot * HF + h * F : 0);
+        span_store<VEC, NV>(acc_f, inverse, on, r, F, out1 + row * HF + h * F, split ? partial1 + slot * HF + h * F : 0);
         if (on && r == 0) {
             if (split) partial_state[slot * H + h] = state;
             else if (lse_out != 0) lse_out[row * H + h] = state_lse(state);
@@ -548,13 +554,13 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
         for (int i = 0; i < W; ++i) acc_d[i] += acc_f[i];
     }
     if (ROWS) {
-        span_store<W>(acc_d, 1, on, r, D, out1 + row * HD + h * D, split ? partial1 + slot * HD + h * D : 0);
+        span_store<VEC, NV>(acc_d, 1, on, r, D, out1 + row * HD + h * D, split ? partial1 + slot * HD + h * D : 0);
     } else if (on && r == 0) {
         if (split) partial1[slot * H + h] = acc_s;
         else store_scalar(out1 + row * H + h, acc_s);
     }
     if (STAGE == SPAN_SOURCES && !V2) {
-        span_store<W>(acc_f, 1, on, r, F, out2 + row * HF + h * F, split ? partial2 + slot * HF + h * F : 0);
+        span_store<VEC, NV>(acc_f, 1, on, r, F, out2 + row * HF + h * F, split ? partial2 + slot * HF + h * F : 0);
     }
 }
 
@@ -609,8 +615,9 @@ __device__ __forceinline__ void attention_span(SPAN_ARGS) {
 // the float32 H = 4, D = F = 64 dot backward (96-110 registers, two blocks) to 3 or 4 blocks
 // spilled and ran 1.09-1.48x slower. Held packed, the float16 span8x1 forward and grad fit their
 // caps without spills (ptxas, sm_90). The float16 gat source pass (77 registers, three blocks,
-// uncapped) spills 16 bytes at four and runs 0.96-0.98x the time on the three graphs; float32's
-// (span4x2) at four spills more and ran 1.01-1.09x slower.
+// uncapped) spilled 16 bytes at four (4 since rows are stored 16 bytes at a time) and ran
+// 0.96-0.98x the time on the three graphs; float32's (span4x2) at four spills more and ran
+// 1.01-1.09x slower.
 __host__ __device__ constexpr int span_min_blocks(int stage, int kind) {
     return kind != SCORE_DOT && kind != SCORE_GAT ? 1
            : stage == SPAN_FORWARD                ? 4

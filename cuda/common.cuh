@@ -282,6 +282,54 @@ __device__ __forceinline__ void load_vec(const scalar_t* p, acc_t* v) {
     for (int i = 0; i < VEC; ++i) v[i] = x[i];
 }
 
+// Stores v[i] * scale_by, rounded to the data type as store_scalar rounds it, as VEC
+// consecutive elements at p (VEC * sizeof(scalar_t) bytes, aligned by the launcher as for
+// load_packed): one store of 4, 8 or 16 bytes, or several of 16, instead of VEC narrow ones
+// (a warp's narrow stores to rows of a head each touch every sector of the rows).
+template <int VEC>
+__device__ __forceinline__ void store_vec(scalar_t* p, const acc_t* v, acc_t scale_by) {
+    constexpr int BYTES = VEC * (int)sizeof(scalar_t);
+#if CSR_DTYPE == 2
+    if (VEC == 1) {
+        store_scalar(p, v[0] * scale_by);
+        return;
+    }
+    Packed<VEC> x;
+    x.clear();
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) x.put(i, v[i] * scale_by);
+    // Word k of x; k is a constant, past the words only in the branches this VEC never takes.
+    const auto word = [&](int k) { return (int)x.w[k % Packed<VEC>::WORDS]; };
+    if (BYTES % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < BYTES / 16; ++i) {
+            reinterpret_cast<int4*>(p)[i] = make_int4(word(4 * i), word(4 * i + 1), word(4 * i + 2), word(4 * i + 3));
+        }
+    } else if (BYTES == 8) {
+        *reinterpret_cast<int2*>(p) = make_int2(word(0), word(1));
+    } else {
+        *reinterpret_cast<int*>(p) = x.w[0];
+    }
+#else
+    union {
+        scalar_t s[VEC];
+        int4 q4[BYTES >= 16 ? BYTES / 16 : 1];
+        int2 q2[BYTES >= 8 ? BYTES / 8 : 1];
+        int q1[BYTES >= 4 ? BYTES / 4 : 1];
+    } u;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) u.s[i] = v[i] * scale_by;
+    if (BYTES % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < BYTES / 16; ++i) reinterpret_cast<int4*>(p)[i] = u.q4[i];
+    } else if (BYTES == 8) {
+        *reinterpret_cast<int2*>(p) = u.q2[0];
+    } else {
+        *reinterpret_cast<int*>(p) = u.q1[0];
+    }
+#endif
+}
+
 // ---- Work of one warp (the prologue of every warp-per-item kernel) ----
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x % WARP; }

@@ -249,6 +249,31 @@ def test_fused_kernel_sets_match_cpu(cupy, plan_limits, monkeypatch, kernel_set,
     _close(cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("heads,head_dim", [(8, 16), (4, 64)], ids=str)
+def test_fused_forwards_into_misaligned_out(cupy, plan_limits, dtype, heads, head_dim):
+    """The fused forwards and attention_aggregate into an ``out`` that starts one element
+    into its buffer (C-contiguous, rows not aligned for the vector stores that aligned rows
+    take), against the CPU backend: every element written, none outside."""
+    rng = np.random.default_rng(11)
+    g = _graph(rng, np.int32)
+    gg = g.to_gpu()
+    scores = (rng.standard_normal((g.num_edges, heads)) * 2).astype(dtype)
+    values = rng.standard_normal((g.num_src, heads, head_dim)).astype(dtype)
+    calls = {
+        op: (getattr(ca, op), inputs) for op, inputs in _fused_inputs(rng, g, heads, head_dim, head_dim, dtype).items()
+    }
+    calls["attention_aggregate"] = (ca.attention_aggregate, dict(scores=scores, values=values))
+    for op, (forward, inputs) in calls.items():
+        want = forward(g, **inputs)
+        buffer = poison(cupy, (want.size + 2,), dtype)
+        out = buffer[1:-1].reshape(want.shape)
+        got = forward(gg, **{name: cupy.asarray(x) for name, x in inputs.items()}, out=out)
+        assert got is out, op
+        _close(got, want, dtype)
+        assert cupy.isnan(buffer[[0, -1]]).all(), f"{op} wrote outside out"
+
+
 def test_fused_special_rows_on_gpu(cupy, plan_limits):
     """gat: a row whose scores are all -inf gets zero output and lse -inf; graph_attention and
     gatv2: a NaN in q (x_dst) poisons its own row and head only, the hub row included."""

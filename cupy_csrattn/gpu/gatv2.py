@@ -57,7 +57,7 @@ def gatv2_attention(graph, x_dst, x_src, att, negative_slope, out, lse):
     heads, head_dim = x_dst.shape[1], x_dst.shape[2]
     if heads == 0 or (head_dim == 0 and lse is None):  # nothing to write
         return
-    shape = _span_shape("forward", x_dst, x_src, att)
+    shape = _span_shape("forward", x_dst, x_src, att, out)  # out: its rows are stored a vector at a time
     if shape is not None:
         run_span("forward", shape, "gatv2", graph, x_dst, x_src, negative_slope, x_src, out, lse_out=lse, att=att)
         return
