@@ -254,6 +254,17 @@ __device__ __forceinline__ void span_store(const acc_t* acc, acc_t scale_by, boo
                                            scalar_t* dst, acc_t* partial) {
     constexpr int W = VEC * NV;
     if (!on) return;
+    // float64 stores element by element: with the vector stores, ptxas for sm_80 (NVRTC 13)
+    // crashes compiling the float64 attention kernels.
+    if (sizeof(scalar_t) == 8) {
+#pragma unroll
+        for (int i = 0; i < W; ++i) {
+            if (r * W + i >= width) break;
+            if (partial != 0) partial[r * W + i] = acc[i];
+            else store_scalar(dst + r * W + i, acc[i] * scale_by);
+        }
+        return;
+    }
     if (partial != 0) {
 #pragma unroll
         for (int i = 0; i < W; ++i) {
@@ -485,10 +496,12 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                     // The edge's gradient, written once, in edge order: dot: w1 * q[row] +
                     // p * grad_out[row] (D = F); gat: w1.
                     if (DOT && on) {
-                        acc_t grad[W];
+                        scalar_t* dst = grad_edge + (edge_ids[u] * H + h) * D + r * W;
 #pragma unroll
-                        for (int i = 0; i < W; ++i) grad[i] = w1 * own_d[i] + p * own_f[i];
-                        span_store<VEC, NV>(grad, 1, true, r, D, grad_edge + (edge_ids[u] * H + h) * D, 0);
+                        for (int i = 0; i < W; ++i) {
+                            if (r * W + i >= D) break;
+                            store_scalar(dst + i, w1 * own_d[i] + p * own_f[i]);
+                        }
                     }
                     if (!DOT && on && r == 0) store_scalar(grad_edge + edge_ids[u] * H + h, w1);
                 }
