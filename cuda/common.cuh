@@ -226,6 +226,16 @@ struct Packed {
 };
 #endif
 
+// VEC elements as the words of one load or store of 4, 8 or 16 bytes (or several of 16).
+template <int VEC>
+union VecBytes {
+    static constexpr int BYTES = VEC * (int)sizeof(scalar_t);
+    scalar_t s[VEC];
+    int4 q4[BYTES >= 16 ? BYTES / 16 : 1];
+    int2 q2[BYTES >= 8 ? BYTES / 8 : 1];
+    int q1[BYTES >= 4 ? BYTES / 4 : 1];
+};
+
 // Loads VEC consecutive elements (VEC * sizeof(scalar_t) bytes, aligned by the launcher) into
 // elements [at, at + VEC) of x (at a multiple of VEC; float16 with VEC = 1 fills half a word,
 // which must be zero before).
@@ -253,12 +263,7 @@ __device__ __forceinline__ void load_packed(const scalar_t* p, Packed<N>& x, int
         x.set_word(word, x.w[word % Packed<N>::WORDS] | (unsigned int)__ldg(p) << (16 * (at % 2)));
     }
 #else
-    union {
-        scalar_t s[VEC];
-        int4 q4[BYTES >= 16 ? BYTES / 16 : 1];
-        int2 q2[BYTES >= 8 ? BYTES / 8 : 1];
-        int q1[BYTES >= 4 ? BYTES / 4 : 1];
-    } u;
+    VecBytes<VEC> u;
     if (BYTES % 16 == 0) {
 #pragma unroll
         for (int i = 0; i < BYTES / 16; ++i) u.q4[i] = __ldg(reinterpret_cast<const int4*>(p) + i);
@@ -311,12 +316,7 @@ __device__ __forceinline__ void store_vec(scalar_t* p, const acc_t* v, acc_t sca
         *reinterpret_cast<int*>(p) = x.w[0];
     }
 #else
-    union {
-        scalar_t s[VEC];
-        int4 q4[BYTES >= 16 ? BYTES / 16 : 1];
-        int2 q2[BYTES >= 8 ? BYTES / 8 : 1];
-        int q1[BYTES >= 4 ? BYTES / 4 : 1];
-    } u;
+    VecBytes<VEC> u;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) u.s[i] = v[i] * scale_by;
     if (BYTES % 16 == 0) {
