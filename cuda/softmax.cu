@@ -62,13 +62,6 @@ struct RowReduce {
     }
 };
 
-template <int MODE>
-__device__ __forceinline__ acc_t edge_prob(const scalar_t* a, const lse_t* lse_in, i64 row, int H, int head, i64 pos) {
-    acc_t value = load_scalar(a + pos);
-    if (softmax_probs_from_lse(MODE)) return prob_from_lse(value, lse_in[row * H + head]);
-    return value;
-}
-
 // Writes the outputs of one (row, head)'s edges begin + lane_edge, + R, ... (< end) from the
 // row's merged state, BATCH edges at a time: a batch's loads all issue before its first store,
 // so that they are in flight together. Each position is read and written by this lane alone,
@@ -109,14 +102,19 @@ __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g
 // R = 32 / G (the HeadLanes layout). Items covering a whole row finish here; split items
 // write their partial states to partial (merged by softmax_merge, applied by
 // softmax_write). Bound: memory; rows of up to CACHED elements per lane stay in registers
-// between the reduction and the write (one read, one write).
+// between the reduction and the write (one read, one write); longer ones are read CACHED
+// elements per lane at a time, all in flight together.
+// The warps take the split items first: each walks a thousand edges and more, a chain of
+// loads that, taken last (their place in the plan), was the launch's tail, every other warp
+// done; taken first, the whole rows fill in around them.
 template <int MODE>
 __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i64 num_whole, int H,
                                              const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
                                              scalar_t* out, lse_t* lse_out, SoftmaxState* partial) {
-    i64 index;
-    Item item;
-    if (!warp_item(items, 0, num_items, index, item)) return;
+    const i64 warp = grid_warp(), num_split_items = num_items - num_whole;
+    if (warp >= num_items) return;
+    const i64 index = warp < num_split_items ? num_whole + warp : warp - num_split_items;
+    const Item item = plan_item(items, index);
     for (int head0 = 0; head0 < H; head0 += WARP) {
         const HeadLanes lanes = head_lanes(min(WARP, H - head0));
         const int R = lanes.R;
@@ -182,13 +180,38 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
             continue;
         }
         if (active) {
-#pragma unroll 4
-            for (i64 e = item.begin + lane_edge; e < item.end; e += R) {
-                i64 pos = e * H + head;
+            // Edges per lane in flight: CACHED for the forward, within float32's cap of six
+            // blocks per SM (ROWS_BOUNDS_forward); half that for the other modes, whose
+            // registers would otherwise grow (lse 40 -> 56, grad_probs 46 -> 64; ptxas, sm_90).
+            constexpr int BATCH_EDGES = MODE == SOFTMAX_FORWARD ? CACHED : CACHED / 2;
+            const acc_t lse_row = softmax_probs_from_lse(MODE) ? lse_in[item.row * H + head] : (acc_t)0;
+            for (i64 e0 = item.begin + lane_edge; e0 < item.end; e0 += (i64)BATCH_EDGES * R) {
+                acc_t x[BATCH_EDGES], grad[BATCH_EDGES];
+#pragma unroll
+                for (int k = 0; k < BATCH_EDGES; ++k) {
+                    const i64 e = e0 + (i64)k * R;
+                    const bool here = e < item.end;
+                    x[k] = here ? load_scalar(a + e * H + head) : neg_inf();  // absent: no weight
+                    grad[k] = softmax_reads_grad(MODE) && here ? load_scalar(g + e * H + head) : (acc_t)0;
+                }
                 if (softmax_keeps_max(MODE)) {
-                    state = add_score(state, load_scalar(a + pos));
+                    // The step's max first, then one exp per element (add_score takes two).
+                    acc_t m = state.m;
+#pragma unroll
+                    for (int k = 0; k < BATCH_EDGES; ++k) m = nan_max(m, x[k]);
+                    const acc_t shift = row_shift(m);
+                    acc_t l = state.l * rescale(state.m, m);
+#pragma unroll
+                    for (int k = 0; k < BATCH_EDGES; ++k) l += shifted_exp(x[k], shift);
+                    state.m = m;
+                    state.l = l;
                 } else {
-                    state.l += edge_prob<MODE>(a, lse_in, item.row, H, head, pos) * load_scalar(g + pos);
+#pragma unroll
+                    for (int k = 0; k < BATCH_EDGES; ++k) {
+                        if (e0 + (i64)k * R >= item.end) break;
+                        const acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(x[k], lse_row) : x[k];
+                        state.l += p * grad[k];
+                    }
                 }
             }
         }
@@ -248,8 +271,8 @@ __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i
                                               const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
                                               scalar_t* out, const SoftmaxState* row_states) {
     // The split items in reverse plan order: softmax_rows, launched just before (softmax_merge
-    // between them reads only the partial states), read them last, so the last it read are
-    // the likeliest to be in L2 still; taking those first rereads them from there.
+    // between them reads only the partial states), read them in plan order, so the last it
+    // read are the likeliest to be in L2 still; taking those first rereads them from there.
     const i64 index = num_items - 1 - grid_warp();
     if (index < num_whole) return;
     const Item item = plan_item(items, index);
@@ -801,8 +824,20 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, const int* s
 #define STAGE_LAUNCH_BOUNDS __launch_bounds__(BLOCK_THREADS)
 #endif
 
+// softmax_rows, per mode: float32's forward holds six blocks per SM in 40 registers without
+// spills (48, and five blocks, uncapped); capped, the other modes spill, and a minimum of one
+// block raises their registers (ptxas, sm_90).
+#if CSR_DTYPE == 0
+#define ROWS_BOUNDS_forward __launch_bounds__(BLOCK_THREADS, 6)
+#else
+#define ROWS_BOUNDS_forward __launch_bounds__(BLOCK_THREADS)
+#endif
+#define ROWS_BOUNDS_lse __launch_bounds__(BLOCK_THREADS)
+#define ROWS_BOUNDS_grad_probs __launch_bounds__(BLOCK_THREADS)
+#define ROWS_BOUNDS_grad_scores __launch_bounds__(BLOCK_THREADS)
+
 #define SOFTMAX_ENTRY_POINTS(MODE, NAME)                                                                       \
-    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
+    extern "C" __global__ void ROWS_BOUNDS_##NAME                                                             \
         softmax_rows_##NAME(const i64* items, i64 num_items, i64 num_whole, int H, const scalar_t* a,         \
                             const scalar_t* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out,           \
                             SoftmaxState* partial) {                                                          \
