@@ -182,7 +182,8 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
         if (active) {
             // Edges per lane in flight: CACHED for the forward, within float32's cap of six
             // blocks per SM (ROWS_BOUNDS_forward); half that for the other modes, whose
-            // registers would otherwise grow (lse 40 -> 56, grad_probs 46 -> 64; ptxas, sm_90).
+            // registers would otherwise grow (float32 lse 40 -> 48, grad_scores 48 -> 64;
+            // float16 grad_probs 48 -> 58; ptxas, sm_90).
             constexpr int BATCH_EDGES = MODE == SOFTMAX_FORWARD ? CACHED : CACHED / 2;
             const acc_t lse_row = softmax_probs_from_lse(MODE) ? lse_in[item.row * H + head] : (acc_t)0;
             for (i64 e0 = item.begin + lane_edge; e0 < item.end; e0 += (i64)BATCH_EDGES * R) {
