@@ -99,8 +99,7 @@ def cases(rng, num_edges, num_dst, num_src):
         s_v = _inputs(rng, (E, H), (Ns, H, F), dtype=dt)
         tag = f"H={H} F={F} {np.dtype(dt).name}"
         add(f"attention_aggregate {tag}", _call, "attention_aggregate", inputs=s_v)
-        if dt == np.float32:
-            add(f"spmm {tag}", _call, "spmm", inputs=s_v)
+        add(f"spmm {tag}", _call, "spmm", inputs=s_v)
     s_v_go = _inputs(rng, (E, 8), (Ns, 8, 16), (Nd, 8, 16))
     add("attention_aggregate_backward H=8 F=16", _call, "attention_aggregate_backward", inputs=s_v_go)
     add("spmm_backward H=8 F=16", _call, "spmm_backward", inputs=s_v_go)

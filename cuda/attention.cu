@@ -306,14 +306,17 @@ __device__ __forceinline__ SpanLanes span_lanes(int H, int S) {
 
 // The score kinds of the head-span kernels: graph_attention (scale * <q, k>), gat_attention
 // (leaky_relu(a_dst + a_src)) and gatv2_attention (sum_k att[h, k] * leaky_relu(x_dst[k] +
-// x_src[k]), whose derivative is per element: att[h, k] * leaky_relu'(z[k])), and
-// attention_aggregate's given scores.
+// x_src[k]), whose derivative is per element: att[h, k] * leaky_relu'(z[k])),
+// attention_aggregate's given scores and spmm's given weights.
 #define SCORE_DOT 0
 #define SCORE_GAT 1
 #define SCORE_GATV2 2
 // attention_aggregate's forward: the scores are given, a (E, H) in edge order; no node row
 // enters them (forward only).
 #define SCORE_GIVEN 3
+// spmm: the weights are given, a (E, H) in edge order, and summed as they are (no softmax;
+// forward only).
+#define SCORE_WEIGHTS 4
 
 // One plan item (items[index]) of a head-span kernel. gatv2's row pass also adds each edge's
 // ds * leaky_relu(z) to acc_att (the lane's W elements of its head's att gradient), across
@@ -329,7 +332,8 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                                           const scalar_t* att, acc_t* att_partial) {
     constexpr int W = VEC * NV;
     constexpr bool DOT = KIND == SCORE_DOT, V2 = KIND == SCORE_GATV2;
-    constexpr bool GIVEN = KIND == SCORE_GIVEN;
+    constexpr bool GIVEN = KIND == SCORE_GIVEN || KIND == SCORE_WEIGHTS;  // each edge's score read in edge order
+    constexpr bool SOFTMAX = KIND != SCORE_WEIGHTS;  // the forward's weights: a softmax of the scores
     constexpr bool ROWS = KIND != SCORE_GAT && !GIVEN;  // node rows of width D enter the score
     // gatv2 over the rows gathers x_src once, for the score and the message (xf); over the
     // sources it gathers x_dst (xd) and grad_out (xf).
@@ -339,7 +343,7 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
     constexpr bool JOIN = EDGE && DOT && STAGE != SPAN_SOURCES;
     constexpr bool JOIN_AT_USE = sizeof(scalar_t) != sizeof(acc_t);
     static_assert(!(V2 && EDGE), "gatv2 takes no edge data");
-    static_assert(!GIVEN || (STAGE == SPAN_FORWARD && !EDGE), "given scores: the forward only, no edge data");
+    static_assert(!GIVEN || (STAGE == SPAN_FORWARD && !EDGE), "given scores or weights: forward only, no edge data");
     // Edges in flight per group: two; four for gat in float16 where a lane gathers at most 16
     // bytes of a row per edge, so that its warps have as many bytes in flight as float32 ones
     // (held packed, four float16 rows take the registers of two float32 ones; the dot kernels,
@@ -474,6 +478,11 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
             }
             if (STAGE == SPAN_FORWARD) {
                 if (!valid[u]) continue;  // after this slot's last shuffle
+                if (!SOFTMAX) {
+#pragma unroll
+                    for (int i = 0; i < W; ++i) acc_f[i] += score * gf[i];
+                    continue;
+                }
                 SoftmaxState next = add_score(state, score);
                 acc_t p = score_weight(score, next.m);
                 acc_t factor = rescale(state.m, next.m);
@@ -531,7 +540,7 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
     // The groups' results, combined by an xor butterfly over the groups (each merge is
     // symmetric, so every group ends with the same, order-fixed result); group 0 writes.
     for (int offset = group_lanes; offset < WARP; offset *= 2) {
-        if (STAGE == SPAN_FORWARD) {
+        if (STAGE == SPAN_FORWARD && SOFTMAX) {
             SoftmaxState other = shfl_xor_state(state, offset);
             SoftmaxState merged = merge_states(state, other);
             acc_t mine = rescale(state.m, merged.m), theirs = rescale(other.m, merged.m);
@@ -545,7 +554,7 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
 #pragma unroll
             for (int i = 0; i < W; ++i) {
                 if (ROWS) acc_d[i] += shfl_xor(acc_d[i], offset);
-                if (STAGE == SPAN_SOURCES) acc_f[i] += shfl_xor(acc_f[i], offset);
+                if (STAGE != SPAN_GRAD) acc_f[i] += shfl_xor(acc_f[i], offset);  // sources; spmm's forward
             }
             if (KIND == SCORE_GAT) acc_s += shfl_xor(acc_s, offset);
         }
@@ -554,9 +563,9 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
 
     const int HD = H * D, HF = H * F;
     if (STAGE == SPAN_FORWARD) {
-        acc_t inverse = state.l == 0 ? (acc_t)0 : (acc_t)1 / state.l;
+        acc_t inverse = !SOFTMAX ? (acc_t)1 : state.l == 0 ? (acc_t)0 : (acc_t)1 / state.l;
         span_store<VEC, NV>(acc_f, inverse, on, r, F, out1 + row * HF + h * F, split ? partial1 + slot * HF + h * F : 0);
-        if (on && r == 0) {
+        if (SOFTMAX && on && r == 0) {
             if (split) partial_state[slot * H + h] = state;
             else if (lse_out != 0) lse_out[row * H + h] = state_lse(state);
         }
@@ -667,3 +676,4 @@ SPAN_SHAPE_ENTRY_POINTS(attention_gatv2_forward, SPAN_FORWARD, SCORE_GATV2, fals
 SPAN_SHAPE_ENTRY_POINTS(attention_gatv2_grad, SPAN_GRAD, SCORE_GATV2, false, )
 SPAN_SHAPE_ENTRY_POINTS(attention_gatv2_sources, SPAN_SOURCES, SCORE_GATV2, false, )
 SPAN_SHAPE_ENTRY_POINTS(attention_given_forward, SPAN_FORWARD, SCORE_GIVEN, false, )
+SPAN_SHAPE_ENTRY_POINTS(attention_weights_forward, SPAN_FORWARD, SCORE_WEIGHTS, false, )

@@ -214,9 +214,9 @@ KERNEL_SETS = {
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("heads,head_dim", [(8, 16), (1, 64), (4, 64), (3, 5)], ids=str)
 def test_fused_kernel_sets_match_cpu(cupy, plan_limits, monkeypatch, kernel_set, dtype, heads, head_dim):
-    """The three fused ops, forward and backward, and attention_aggregate's forward, on the
-    row kernels, the head-span kernels and the head-span kernels without edge groups, against
-    the CPU backend."""
+    """The three fused ops, forward and backward, and the forwards of attention_aggregate and
+    spmm (given weights), on the row kernels, the head-span kernels and the head-span kernels
+    without edge groups, against the CPU backend."""
     from cupy_csrattn.gpu import attention, replay
 
     stages, group_stages = KERNEL_SETS[kernel_set]
@@ -247,12 +247,14 @@ def test_fused_kernel_sets_match_cpu(cupy, plan_limits, monkeypatch, kernel_set,
     _close(got_out, want_out, dtype)
     finite = np.isfinite(want_lse)
     _close(cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
+    weights = rng.standard_normal((g.num_edges, heads)).astype(dtype)
+    _close(ca.spmm(gg, cupy.asarray(weights), cupy.asarray(values)), ca.spmm(g, weights, values), dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("heads,head_dim", [(8, 16), (4, 64)], ids=str)
 def test_fused_forwards_into_misaligned_out(cupy, plan_limits, dtype, heads, head_dim):
-    """The fused forwards and attention_aggregate into an ``out`` that starts one element
+    """The fused forwards, attention_aggregate and spmm into an ``out`` that starts one element
     into its buffer (C-contiguous, rows not aligned for the vector stores that aligned rows
     take), against the CPU backend: every element written, none outside."""
     rng = np.random.default_rng(11)
@@ -264,6 +266,7 @@ def test_fused_forwards_into_misaligned_out(cupy, plan_limits, dtype, heads, hea
         op: (getattr(ca, op), inputs) for op, inputs in _fused_inputs(rng, g, heads, head_dim, head_dim, dtype).items()
     }
     calls["attention_aggregate"] = (ca.attention_aggregate, dict(scores=scores, values=values))
+    calls["spmm"] = (ca.spmm, dict(weights=scores, values=values))
     for op, (forward, inputs) in calls.items():
         want = forward(g, **inputs)
         buffer = poison(cupy, (want.size + 2,), dtype)

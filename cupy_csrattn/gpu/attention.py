@@ -189,7 +189,8 @@ def run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=No
     split_items = plan.num_split_items
     width1 = out1.shape[2] if out1.ndim == 3 else 1
     partial1 = scratch((split_items, heads * width1), state_dtype) if split_items else None
-    partial_state = scratch((split_items, heads, 2), state_dtype) if split_items and stage == "forward" else None
+    softmax = stage == "forward" and score != "weights"  # the forward's partials carry softmax states
+    partial_state = scratch((split_items, heads, 2), state_dtype) if split_items and softmax else None
     partial2 = scratch((split_items, heads * features), state_dtype) if split_items and out2 is not None else None
     launch(
         f"attention_{score}_{stage}_span{vec}x{nv}" + ("" if edge is None else "_edges"),
@@ -218,7 +219,7 @@ def run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=No
         **backward,
     )
     out1_rows = out1 if out1.ndim == 3 else out1.reshape(out1.shape[0], heads, 1)
-    merge_split_rows(graph, plan, out1_rows, partial1, partial_state, lse_out, softmax=stage == "forward")
+    merge_split_rows(graph, plan, out1_rows, partial1, partial_state, lse_out, softmax=softmax)
     if out2 is not None:
         merge_split_rows(graph, plan, out2, partial2)
 

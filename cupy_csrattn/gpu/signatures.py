@@ -148,9 +148,9 @@ for _score in ATTENTION_SCORES:
 # partials at the end.
 SPAN_SHAPES = ((1, 1), (1, 2), (1, 4), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2))
 SPAN_STAGES = ("forward", "grad", "sources")
-SPAN_SCORES = {"dot": ("", "_edges"), "gat": ("", "_edges"), "gatv2": ("",), "given": ("",)}
-# attention_aggregate's given scores: the forward only.
-SPAN_SCORE_STAGES = {"given": ("forward",)}
+SPAN_SCORES = {"dot": ("", "_edges"), "gat": ("", "_edges"), "gatv2": ("",), "given": ("",), "weights": ("",)}
+# attention_aggregate's given scores and spmm's given weights: the forward only.
+SPAN_SCORE_STAGES = {"given": ("forward",), "weights": ("forward",)}
 for _score, _variants in SPAN_SCORES.items():
     for _stage in SPAN_SCORE_STAGES.get(_score, SPAN_STAGES):
         _declare(

@@ -1,12 +1,20 @@
 """Launchers for spmm and its backward."""
 
 from cupy_csrattn.gpu.aggregate import aggregate
+from cupy_csrattn.gpu.attention import run_span, span_for
 from cupy_csrattn.gpu.sddmm import edge_dot
 
 
 def spmm(graph, weights, values, out):
+    """Given weights on the head-span kernels (weight kind "weights": each edge's weight read
+    in edge order) where the shape fits them, else, and without weights, on the row kernels
+    of aggregate.cu."""
     if weights is None:
         aggregate("ones", graph, values, out)
+        return
+    shape = span_for("forward", weights, weights, values, out) if values.shape[2] else None
+    if shape is not None:
+        run_span("forward", shape, "weights", graph, weights, weights, 0.0, values, out)
     else:
         aggregate("weights", graph, values, out, weights=weights)
 
