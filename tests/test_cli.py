@@ -821,7 +821,7 @@ def test_compare_trees_cases_run_each_op_and_draw_only_what_runs(monkeypatch):
             return np.random.default_rng(len(draws)).standard_normal(shape, dtype=dtype)
 
     cases = dict(compare.cases(CountingRng(), graph.num_edges, graph.num_dst, graph.num_src))
-    assert draws == [] and len(cases) == 31
+    assert draws == [] and len(cases) == 32
     backward = cases["graph_attention_backward H=4 F=64 float16"]()  # its forward's case not made
     assert draws == [(40, 4, 64), (40, 4, 64), (40, 4, 64), (40, 4, 64), (40, 4), (40, 4)]
     backward(package=ca, graph=graph)
