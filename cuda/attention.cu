@@ -390,6 +390,28 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
     acc_t acc_s = 0;  // gat: grad_a_dst or grad_a_src
     SoftmaxState state = empty_state();
 
+    // Given scores cost little to read twice: a first pass over the item's scores finds each
+    // head's max, so that each edge's weight is one exp and no accumulator is rescaled (the
+    // online update of the other kinds takes more exps per edge and rescales every
+    // accumulator as the max grows). Lane (g, r) of head h takes edges begin + g * S + r,
+    // + G * S, ...; the max reaches every lane of the head by an xor butterfly over the lane
+    // bits of r and g.
+    acc_t given_shift = 0;
+    if (KIND == SCORE_GIVEN) {
+        acc_t m = neg_inf();
+        if (on) {
+            for (i64 e = item.begin + (i64)g * S + r; e < item.end; e += (i64)G * S) {
+                m = nan_max(m, load_scalar(a + e * H + h));
+            }
+        }
+        for (int offset = 1; offset < WARP; offset *= 2) {
+            if (offset >= S && offset < group_lanes) continue;  // the bits of h: other heads
+            m = nan_max(m, shfl_xor(m, offset));
+        }
+        state.m = m;
+        given_shift = row_shift(m);
+    }
+
     // Every lane runs every iteration and every shuffle; an edge slot past the item's end
     // (only ever in the last iteration, and per group) loads nothing and changes nothing.
     for (i64 e0 = item.begin; e0 < item.end; e0 += (i64)G * SPAN_EDGES) {
@@ -481,6 +503,13 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                 if (!SOFTMAX) {
 #pragma unroll
                     for (int i = 0; i < W; ++i) acc_f[i] += score * gf[i];
+                    continue;
+                }
+                if (KIND == SCORE_GIVEN) {  // the max is the item's (above): no rescaling
+                    const acc_t p = shifted_exp(score, given_shift);
+                    state.l += p;
+#pragma unroll
+                    for (int i = 0; i < W; ++i) acc_f[i] += p * gf[i];
                     continue;
                 }
                 SoftmaxState next = add_score(state, score);
