@@ -509,6 +509,25 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                     for (int i = 0; i < W; ++i) acc_f[i] += p * gf[i];
                     continue;
                 }
+                if (KIND == SCORE_GIVEN) {
+                    // Several heads: the running max moves only where a score passes it (or is
+                    // NaN, which then stays), and only then are the sums carried over to it;
+                    // most edges take one exp and no rescaling. The sums are those of the
+                    // online update below, up to rounding.
+                    if (!(score <= state.m)) {
+                        const acc_t m = nan_max(state.m, score);
+                        const acc_t factor = rescale(state.m, m);
+                        state.l *= factor;
+#pragma unroll
+                        for (int i = 0; i < W; ++i) acc_f[i] *= factor;
+                        state.m = m;
+                    }
+                    const acc_t p = shifted_exp(score, row_shift(state.m));
+                    state.l += p;
+#pragma unroll
+                    for (int i = 0; i < W; ++i) acc_f[i] += p * gf[i];
+                    continue;
+                }
                 SoftmaxState next = add_score(state, score);
                 acc_t p = score_weight(score, next.m);
                 acc_t factor = rescale(state.m, next.m);
