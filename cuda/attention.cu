@@ -350,6 +350,14 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
     // which gather two rows per edge, would spill under their register caps). Measured on an
     // H200: four in float32 (where a lane's segment is short) made the backward's row pass 1.3x
     // slower on an R-MAT graph (more registers, fewer warps to hide each item's start).
+    // The forward's online softmax: where LAZY, the running max moves (and the sums are
+    // rescaled) only at an edge whose score passes it; otherwise every edge takes add_score's
+    // update (two exps, every accumulator rescaled). Measured on an H200 (uniform 1M-row,
+    // dense 100k-row and R-MAT graphs, against the update on every edge): the dot forward ran
+    // 0.86-1.01x the time, gat in float16 0.82-1.00x; gat in float32, whose score costs
+    // little beside the divergent branch, ran 1.095x on the uniform graph (H=8 F=16, rows of
+    // 8-24 edges, where the max moves often) and 0.90x on the dense one. gatv2: not measured.
+    constexpr bool LAZY = KIND == SCORE_GIVEN || DOT || (KIND == SCORE_GAT && sizeof(scalar_t) == 2);
     constexpr int SPAN_EDGES = KIND == SCORE_GAT && STAGE == SPAN_FORWARD && sizeof(scalar_t) == 2 && W * sizeof(scalar_t) <= 16 ? 4 : 2;
     const Item item = plan_item(items, index);
     const SpanLanes lanes = span_lanes(H, S);
@@ -509,11 +517,11 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                     for (int i = 0; i < W; ++i) acc_f[i] += p * gf[i];
                     continue;
                 }
-                if (KIND == SCORE_GIVEN) {
-                    // Several heads: the running max moves only where a score passes it (or is
-                    // NaN, which then stays), and only then are the sums carried over to it;
-                    // most edges take one exp and no rescaling. The sums are those of the
-                    // online update below, up to rounding.
+                if (LAZY) {
+                    // The running max moves only where a score passes it (or is NaN, which
+                    // then stays), and only then are the sums carried over to it; most edges
+                    // take one exp and no rescaling. The sums are those of the online update
+                    // below, up to rounding.
                     if (!(score <= state.m)) {
                         const acc_t m = nan_max(state.m, score);
                         const acc_t factor = rescale(state.m, m);
@@ -684,17 +692,19 @@ __device__ __forceinline__ void attention_span(SPAN_ARGS) {
 // caps without spills (ptxas, sm_90). The float16 gat source pass (77 registers, three blocks,
 // uncapped) spilled 16 bytes at four (4 since rows are stored 16 bytes at a time) and ran
 // 0.96-0.98x the time on the three graphs; float32's (span4x2) at four spills more and ran
-// 1.01-1.09x slower.
-__host__ __device__ constexpr int span_min_blocks(int stage, int kind) {
+// 1.01-1.09x slower. The dot forward with eight elements per lane (width, VEC * NV: float32
+// H = 4, D = F = 64) spilled 44 bytes at four (64 registers) and fits three without spills (80):
+// 0.89-0.95x the time on the three graphs.
+__host__ __device__ constexpr int span_min_blocks(int stage, int kind, int width) {
     return kind != SCORE_DOT && kind != SCORE_GAT ? 1
-           : stage == SPAN_FORWARD                ? 4
+           : stage == SPAN_FORWARD                ? (kind == SCORE_DOT && width == 8 ? 3 : 4)
            : kind == SCORE_GAT && stage == SPAN_SOURCES && sizeof(scalar_t) == 2 ? 4
            : kind == SCORE_DOT && sizeof(scalar_t) == 2 ? 3
                                                   : 1;
 }
 
 #define SPAN_ENTRY_POINT(NAME, STAGE, KIND, EDGE, VEC, NV)                                                      \
-    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, span_min_blocks(STAGE, KIND)) NAME(SPAN_ARGS) { \
+    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS, span_min_blocks(STAGE, KIND, VEC * NV)) NAME(SPAN_ARGS) { \
         attention_span<STAGE, KIND, EDGE, VEC, NV>(SPAN_PASS);                                                  \
     }
 // Every shape (VEC x NV) of one stage and kind, with edge data (EDGE, SUFFIX _edges) or not.
