@@ -104,15 +104,17 @@ def cases(rng, num_edges, num_dst, num_src):
     add("attention_aggregate_backward H=8 F=16", _call, "attention_aggregate_backward", inputs=s_v_go)
     add("spmm_backward H=8 F=16", _call, "spmm_backward", inputs=s_v_go)
     add("sddmm H=8 D=16", _call, "sddmm", inputs=_inputs(rng, (Nd, 8, 16), (Ns, 8, 16)))
-    for H, F, dt in ((8, 16, np.float32), (4, 64, np.float32), (8, 16, np.float16), (4, 64, np.float16)):
-        drawn = _inputs(rng, (Nd, H, F), (Ns, H, F), (Ns, H, F), (Nd, H, F), (Nd, H), (Ns, H), dtype=dt)
-        dot, gat = _pick(drawn, 0, 1, 2, 3), _pick(drawn, 4, 5, 2, 3)  # q, k, v, go; a_dst, a_src, v, go
-        saved = {}
-        tag = f"H={H} F={F}" + ("" if dt == np.float32 else f" {np.dtype(dt).name}")
-        add(f"graph_attention {tag}", _forward, saved, "graph_attention", inputs=dot)
-        add(f"graph_attention_backward {tag}", _backward, saved, "graph_attention", inputs=dot)
-        add(f"gat_attention {tag}", _forward, saved, "gat_attention", inputs=gat)
-        add(f"gat_attention_backward {tag}", _backward, saved, "gat_attention", inputs=gat)
+    for dt in (np.float32, np.float16):
+        for H, F in ((8, 16), (4, 64), (8, 64)):
+            shapes = (Nd, H, F), (Ns, H, F), (Ns, H, F), (Nd, H, F), (Nd, H), (Ns, H), (H, F)
+            drawn = _inputs(rng, *shapes, dtype=dt)
+            # q, k, v, go; a_dst, a_src, v, go; x_dst, x_src, att, go
+            fused = dict(graph_attention=(0, 1, 2, 3), gat_attention=(4, 5, 2, 3), gatv2_attention=(0, 1, 6, 3))
+            saved = {}
+            tag = f"H={H} F={F}" + ("" if dt == np.float32 else f" {np.dtype(dt).name}")
+            for op, positions in fused.items():
+                add(f"{op} {tag}", _forward, saved, op, inputs=_pick(drawn, *positions))
+                add(f"{op}_backward {tag}", _backward, saved, op, inputs=_pick(drawn, *positions))
     return result
 
 
