@@ -697,7 +697,7 @@ __device__ __forceinline__ void attention_span(SPAN_ARGS) {
 // 0.89-0.95x the time on the three graphs.
 __host__ __device__ constexpr int span_min_blocks(int stage, int kind, int width) {
     return kind != SCORE_DOT && kind != SCORE_GAT ? 1
-           : stage == SPAN_FORWARD                ? (width < 8 ? 4 : kind == SCORE_GAT ? (width < 16 ? 4 : 3) : width < 16 ? 3 : 2)
+           : stage == SPAN_FORWARD                ? (width < 8 ? 4 : kind == SCORE_GAT ? (width < 16 || sizeof(scalar_t) == 2 ? 4 : 3) : width < 16 ? 3 : 2)
            : kind == SCORE_GAT && stage == SPAN_SOURCES && sizeof(scalar_t) == 2 ? 4
            : kind == SCORE_DOT && sizeof(scalar_t) == 2 ? 3
                                                   : 1;
