@@ -354,7 +354,8 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
     // rescaled) only at an edge whose score passes it; otherwise every edge takes add_score's
     // update (two exps, every accumulator rescaled). Measured on an H200 (uniform 1M-row,
     // dense 100k-row and R-MAT graphs, against the update on every edge): the dot forward ran
-    // 0.86-1.01x the time, gat in float16 0.82-1.00x; gat in float32, whose score costs
+    // 0.86-1.07x the time (above 1.01x only where the tree's own run-to-run spread was 7-9%),
+    // gat in float16 0.82-1.00x; gat in float32, whose score costs
     // little beside the divergent branch, ran 1.095x on the uniform graph (H=8 F=16, rows of
     // 8-24 edges, where the max moves often) and 0.90x on the dense one. gatv2: not measured.
     constexpr bool LAZY = KIND == SCORE_GIVEN || DOT || (KIND == SCORE_GAT && sizeof(scalar_t) == 2);
@@ -694,7 +695,10 @@ __device__ __forceinline__ void attention_span(SPAN_ARGS) {
 // 0.96-0.98x the time on the three graphs; float32's (span4x2) at four spills more and ran
 // 1.01-1.09x slower. The dot forward with eight elements per lane (width, VEC * NV: float32
 // H = 4, D = F = 64) spilled 44 bytes at four (64 registers) and fits three without spills (80):
-// 0.89-0.95x the time on the three graphs.
+// 0.89-0.95x the time on the three graphs. With sixteen (float32 H = 8, D = F = 64) the dot
+// forward spilled 580-640 bytes at four and fits two (127 registers): 0.39-0.48x the time in
+// float32, 0.72-0.79x in float16; the float32 gat forward fits three (80, no spills): 0.75-0.86x;
+// the float16 gat forward at three ran 0.996-1.021x (kept at four).
 __host__ __device__ constexpr int span_min_blocks(int stage, int kind, int width) {
     return kind != SCORE_DOT && kind != SCORE_GAT ? 1
            : stage == SPAN_FORWARD                ? (width < 8 ? 4 : kind == SCORE_GAT ? (width < 16 || sizeof(scalar_t) == 2 ? 4 : 3) : width < 16 ? 3 : 2)
