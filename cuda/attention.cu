@@ -401,13 +401,13 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
 
     // One head's given scores cost little to read twice: with H == 1 a first pass over the
     // item's scores finds the max, so that each edge's weight is one exp and no accumulator
-    // is rescaled (the online update of the other kinds takes more exps per edge and
-    // rescales every accumulator as the max grows). Lane (g, r) takes edges begin + g * S +
-    // r, + 32, ... (G * S == 32 with one head); the max reaches every lane by an xor
-    // butterfly. With H heads a lane would read its head's scores H-strided, H times the
-    // loads per lane: measured on an H200, H=8 F=16 ran 1.05-1.17x slower that way on a
-    // uniform, a dense and an R-MAT graph, where H=1 F=64 ran 0.87x on the dense graph and
-    // 0.99-1.01x on the others. The online update serves H > 1.
+    // is ever rescaled (handing the edges to the LAZY update below after this pass, which
+    // then never moves the max, ran 1.05-1.10x slower on the three graphs). Lane (g, r)
+    // takes edges begin + g * S + r, + 32, ... (G * S == 32 with one head); the max reaches
+    // every lane by an xor butterfly. With H heads a lane would read its head's scores
+    // H-strided, H times the loads per lane: measured on an H200, H=8 F=16 ran 1.05-1.17x
+    // slower that way on a uniform, a dense and an R-MAT graph, where H=1 F=64 ran 0.87x on
+    // the dense graph and 0.99-1.01x on the others. The LAZY update serves H > 1.
     const bool given_max_first = KIND == SCORE_GIVEN && H == 1;
     acc_t given_shift = 0;
     if (given_max_first) {
