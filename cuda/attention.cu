@@ -150,6 +150,25 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
     row_dot[pair] = vector_dot(grad_out + pair * F, out + pair * F, F);
 }
 
+// The outputs of the plan's empty rows (items first, first + 1, ...: the plan puts them last),
+// which the head-span kernels are not launched over: zeros in out1 (W1 elements per row) and
+// out2 (W2, where given), -inf in lse_out (H, where given), as for a row without edges. A
+// warp per empty row and head-span item cost a warp's start, its item and its node rows'
+// loads for every such row (half the rows of an R-MAT graph). One thread per (row, element
+// of the widest); no shared memory. Bound: memory (writes only).
+extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
+    attention_fill_empty(const i64* items, i64 first, i64 num_rows, int width, int W1, scalar_t* out1, int W2,
+                         scalar_t* out2, int H, lse_t* lse_out) {
+    const i64 t = grid_thread();
+    if (t >= num_rows * width) return;
+    const i64 k = t / width;
+    const int j = (int)(t - k * width);
+    const i64 row = items[4 * (first + k)];
+    if (j < W1) store_scalar(out1 + row * W1 + j, 0);
+    if (out2 != 0 && j < W2) store_scalar(out2 + row * W2 + j, 0);
+    if (lse_out != 0 && j < H) lse_out[row * H + j] = neg_inf();
+}
+
 // ---- Head-span kernels: the fused ops' row passes with each node row gathered by the whole warp ----
 //
 // Also gatv2_attention's (score kind SCORE_GATV2; the row kernels of gatv2.cu take the shapes

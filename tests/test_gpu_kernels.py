@@ -399,6 +399,60 @@ def test_softmax_strategies_match_cpu(
         _close(got, want, dtype)
 
 
+@pytest.fixture
+def poisoned_allocations(cupy):
+    """Every device allocation filled with 0xFF bytes (NaN in each float type) before use: an
+    output element or scratch value that an op forgets to write reads as NaN."""
+    pool = cupy.cuda.MemoryPool()
+
+    def malloc(size):
+        memory = pool.malloc(size)
+        cupy.cuda.runtime.memsetAsync(memory.ptr, 0xFF, size, cupy.cuda.get_current_stream().ptr)
+        return memory
+
+    cupy.cuda.set_allocator(malloc)
+    yield
+    cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)
+    pool.free_all_blocks()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_empty_rows_written_on_span_kernels(cupy, plan_limits, poisoned_allocations, dtype):
+    """The head-span kernels skip the fused plan's empty rows (destinations without edges; over
+    the transpose, sources without edges), whose outputs attention_fill_empty writes: with every
+    allocation NaN-poisoned, the fused ops forward and backward, attention_aggregate and spmm
+    match the CPU backend."""
+    rng = np.random.default_rng(13)
+    base = _graph(rng, np.int32)
+    g = ca.CSRGraph(base.indptr, base.indices % 28, base.num_src)  # sources 28.. have no edges
+    assert (np.diff(g.indptr) == 0).any()
+    gg = g.to_gpu()
+    H, D = 4, 16
+    for op, inputs in _fused_inputs(rng, g, H, D, D, dtype).items():
+        forward, backward = getattr(ca, op), getattr(ca, op + "_backward")
+        want_out, want_lse = forward(g, **inputs, return_lse=True)
+        got_out, got_lse = forward(gg, **{name: cupy.asarray(x) for name, x in inputs.items()}, return_lse=True)
+        _close(got_out, want_out, dtype)
+        got_lse = cupy.asnumpy(got_lse)
+        assert np.array_equal(np.isneginf(got_lse), np.isneginf(want_lse)), op
+        finite = np.isfinite(want_lse)
+        _close(got_lse[finite], want_lse[finite], dtype)
+        grad_out = rng.standard_normal(want_out.shape).astype(dtype)
+        saved = [*inputs.values(), want_out, grad_out, want_lse]
+        wants = backward(g, *[x.astype(np.float64) for x in saved])
+        gots = backward(gg, *[cupy.asarray(x) for x in saved])
+        for name, got, want in zip(inputs, gots, wants):
+            assert got.shape == want.shape, (op, name)
+            _close(got, want, dtype)
+    scores = (rng.standard_normal((g.num_edges, H)) * 2).astype(dtype)
+    values = rng.standard_normal((g.num_src, H, D)).astype(dtype)
+    want_out, want_lse = ca.attention_aggregate(g, scores, values, return_lse=True)
+    got_out, got_lse = ca.attention_aggregate(gg, cupy.asarray(scores), cupy.asarray(values), return_lse=True)
+    _close(got_out, want_out, dtype)
+    assert np.array_equal(np.isneginf(cupy.asnumpy(got_lse)), np.isneginf(want_lse))
+    _close(ca.spmm(gg, cupy.asarray(scores), cupy.asarray(values)), ca.spmm(g, scores, values), dtype)
+
+
 def test_bitwise_reproducible(cupy, plan_limits):
     rng = np.random.default_rng(11)
     g = _graph(rng, np.int32, hub=20000).to_gpu()

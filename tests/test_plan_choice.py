@@ -59,22 +59,32 @@ class _Graph:
         ([5000, 2], 8, 3),  # past MAX_CHUNKS chunks of chunk_edges: longer chunks
     ],
 )
-def test_plan_items_longest_first(monkeypatch, degrees, whole_row_edges, chunk_edges):
+@pytest.mark.parametrize("empty_last", [False, True], ids=["plain", "empty-last"])
+def test_plan_items_longest_first(monkeypatch, degrees, whole_row_edges, chunk_edges, empty_last):
     """The plan (NumPy standing in for CuPy): whole rows once each, longest first with ties in
     row order, then each split row's items in order, covering its edges in chunks of
-    chunk_edges (more where a row would take more than MAX_CHUNKS) but the last."""
+    chunk_edges (more where a row would take more than MAX_CHUNKS) but the last; with
+    empty_last (the fused plan), the empty rows are not among the whole rows but after the
+    split items, in row order."""
     monkeypatch.setattr(backend, "cupy", np)
-    built = plan._build(_Graph(degrees), whole_row_edges, chunk_edges)
+    built = plan._build(_Graph(degrees), whole_row_edges, chunk_edges, empty_last=empty_last)
     degrees = np.asarray(degrees)
     indptr = np.concatenate([[0], np.cumsum(degrees)])
-    whole_rows = [row for row in range(len(degrees)) if degrees[row] <= whole_row_edges]
+    empty_rows = np.flatnonzero(degrees == 0).tolist() if empty_last else []
+    assert built.num_empty == len(empty_rows)
+    empty = built.items[built.num_items - built.num_empty :]
+    assert empty[:, 0].tolist() == empty_rows
+    assert (empty[:, 1] == indptr[empty_rows]).all() and (empty[:, 2] == empty[:, 1]).all()
+    assert (empty[:, 3] == -1).all()
+    whole_rows = [row for row in range(len(degrees)) if degrees[row] <= whole_row_edges and row not in empty_rows]
     want = sorted(whole_rows, key=lambda row: (-degrees[row], row))
     whole = built.items[: built.num_whole]
     assert whole[:, 0].tolist() == want
     assert whole[:, 1].tolist() == indptr[want].tolist()
     assert whole[:, 2].tolist() == indptr[np.asarray(want, dtype=int) + 1].tolist()
     assert (whole[:, 3] == -1).all()
-    split = built.items[built.num_whole :]
+    split = built.items[built.num_whole : built.num_items - built.num_empty]
+    assert len(split) == built.num_split_items
     split_rows = [row for row in range(len(degrees)) if degrees[row] > whole_row_edges]
     assert built.split_rows[:, 0].tolist() == split_rows
     for index, (row, first, count) in enumerate(built.split_rows):

@@ -176,12 +176,12 @@ def _head_chunks(a, b, v, *others, edge, edge_name):
 
 
 def run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=None, edge=None, warps=None, **backward):
-    """One head-span kernel of ``shape`` (from span_for) over the graph's fused plan, split
-    rows merged after; ``edge``: the edge data, if any (edge_feat or edge_score, in the
-    caller's edge order); ``warps``: the warps to start (default one per plan item; gatv2's
-    row pass takes fewer, each summing a strided set of items); ``backward``: grad_out, lse,
-    fwd_out, row_dot, edge_perm (over the transpose), grad_edge, att and att_partial as the
-    stage takes them."""
+    """One head-span kernel of ``shape`` (from span_for) over the graph's fused plan but its
+    empty rows (filled by fill_empty_rows), split rows merged after; ``edge``: the edge data,
+    if any (edge_feat or edge_score, in the caller's edge order); ``warps``: the warps to start
+    (default one per item; gatv2's row pass takes fewer, each summing a strided set of items);
+    ``backward``: grad_out, lse, fwd_out, row_dot, edge_perm (over the transpose), grad_edge,
+    att and att_partial as the stage takes them."""
     lanes, vec, nv = shape
     heads, features = v.shape[1], v.shape[2]
     plan = plans.plan_for(graph, fused=True)
@@ -192,13 +192,14 @@ def run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=No
     softmax = stage == "forward" and score != "weights"  # the forward's partials carry softmax states
     partial_state = scratch((split_items, heads, 2), state_dtype) if split_items and softmax else None
     partial2 = scratch((split_items, heads * features), state_dtype) if split_items and out2 is not None else None
+    num_items = plan.num_items - plan.num_empty
     launch(
         f"attention_{score}_{stage}_span{vec}x{nv}" + ("" if edge is None else "_edges"),
         v.dtype,
         graph.index_dtype,
-        warp_grid(plan.num_items if warps is None else warps),
+        warp_grid(num_items if warps is None else warps),
         items=plan.items,
-        num_items=plan.num_items,
+        num_items=num_items,
         num_whole=plan.num_whole,
         H=heads,
         S=lanes,
@@ -218,10 +219,36 @@ def run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=No
         edge=edge,
         **backward,
     )
+    fill_empty_rows(graph, plan, heads * width1, out1, heads * features if out2 is not None else 0, out2, lse_out)
     out1_rows = out1 if out1.ndim == 3 else out1.reshape(out1.shape[0], heads, 1)
     merge_split_rows(graph, plan, out1_rows, partial1, partial_state, lse_out, softmax=softmax)
     if out2 is not None:
         merge_split_rows(graph, plan, out2, partial2)
+
+
+def fill_empty_rows(graph, plan, width1, out1, width2, out2, lse_out):
+    """The outputs of the plan's empty rows: zeros in out1 (width1 elements per row) and out2
+    (width2), -inf in lse_out (its H per row), where given."""
+    heads = 0 if lse_out is None else lse_out.shape[1]
+    width = max(width1, width2, heads)
+    if not plan.num_empty or not width:
+        return
+    launch(
+        "attention_fill_empty",
+        out1.dtype,
+        graph.index_dtype,
+        thread_grid(plan.num_empty * width),
+        items=plan.items,
+        first=plan.num_items - plan.num_empty,
+        num_rows=plan.num_empty,
+        width=width,
+        W1=width1,
+        out1=out1,
+        W2=width2,
+        out2=out2,
+        H=heads,
+        lse_out=lse_out,
+    )
 
 
 def _fused_forward(score, graph, a, b, c, values, out, lse, edge=None, edge_name=None):

@@ -18,9 +18,12 @@ holds at once), but at least FUSED_WHOLE_ROW_EDGES, so that a hub row is spread 
 warps while rows no longer than one warp's fair share stay whole. The rows they split go
 in chunks of a FUSED_CHUNKS_PER_SHARE-th of that share: the split items run last, so their
 length is the launch's tail. Their partial states number at most about
-FUSED_CHUNKS_PER_SHARE + 1 times the resident warps, whatever the graph's size.
+FUSED_CHUNKS_PER_SHARE + 1 times the resident warps, whatever the graph's size. The fused
+plan puts its empty rows last, after the split items (num_empty of them, in row order): the
+head-span kernels are launched over the items before them, and their outputs are filled
+apart (attention_fill_empty); the row kernels take them as whole rows, as before.
 
-Each plan is built once per graph (one host sync to size it) and cached on the graph.
+Each plan is built once per graph (host syncs to size it) and cached on the graph.
 """
 
 import functools
@@ -37,28 +40,30 @@ MAX_CHUNKS = 1024
 
 
 class Plan:
-    """items: (num_items, 4) int64 rows (row, begin, end, split row or -1), whole-row items first
-    (longest first);
+    """items: (num_items, 4) int64 rows (row, begin, end, split row or -1): num_whole whole-row
+    items (longest first), the split items, then num_empty empty rows (whole-row items, in row
+    order; only where the plan was built with empty_last, else they end the whole-row items);
     split_rows: (num_split, 3) int64 rows (row, first split item, item count)."""
 
-    def __init__(self, items, num_whole, split_rows, indptr):
+    def __init__(self, items, num_whole, split_rows, indptr, num_empty=0):
         self.indptr = indptr  # int64
         self.items = items
         self.num_items = len(items)
         self.num_whole = num_whole
-        self.num_split_items = self.num_items - num_whole
+        self.num_empty = num_empty
+        self.num_split_items = self.num_items - num_whole - num_empty
         self.split_rows = split_rows
         self.num_split = len(split_rows)
 
 
-def _build(graph, whole_row_edges, chunk_edges):
+def _build(graph, whole_row_edges, chunk_edges, empty_last=False):
     """The plan splitting rows longer than whole_row_edges into items of chunk_edges (or more,
-    to keep to MAX_CHUNKS items per row)."""
+    to keep to MAX_CHUNKS items per row); empty_last: empty rows after the split items."""
     cupy = backend.cupy
     indptr = graph.indptr.astype(np.int64, copy=False)
     degrees = cupy.diff(indptr)
     is_split = degrees > whole_row_edges
-    whole = cupy.flatnonzero(~is_split)
+    whole = cupy.flatnonzero(~is_split & (degrees > 0) if empty_last else ~is_split)
     whole = whole[cupy.argsort(-degrees[whole], kind="stable")]  # longest first, ties in row order
     whole_items = cupy.stack([whole, indptr[whole], indptr[whole + 1], cupy.full_like(whole, -1)], axis=1)
 
@@ -74,9 +79,13 @@ def _build(graph, whole_row_edges, chunk_edges):
     end = cupy.minimum(begin + chunk[owner], indptr[split + 1][owner])
     split_items = cupy.stack([split[owner], begin, end, owner], axis=1)
 
-    items = cupy.ascontiguousarray(cupy.concatenate([whole_items, split_items]).astype(np.int64))
+    empty = cupy.flatnonzero(degrees == 0) if empty_last else whole[:0]
+    empty_items = cupy.stack([empty, indptr[empty], indptr[empty], cupy.full_like(empty, -1)], axis=1)
+
+    items = cupy.concatenate([whole_items, split_items, empty_items])
+    items = cupy.ascontiguousarray(items.astype(np.int64))
     split_rows = cupy.ascontiguousarray(cupy.stack([split, first, counts], axis=1).astype(np.int64))
-    return Plan(items, len(whole), split_rows, indptr)
+    return Plan(items, len(whole), split_rows, indptr, len(empty))
 
 
 def plan_for(graph, fused=False):
@@ -86,8 +95,8 @@ def plan_for(graph, fused=False):
         fair_share = -(-graph.num_edges // _resident_warps(backend.cupy.cuda.runtime.getDevice()))
         whole_row_edges = max(FUSED_WHOLE_ROW_EDGES, fair_share)
         chunk_edges = max(FUSED_WHOLE_ROW_EDGES, fair_share // FUSED_CHUNKS_PER_SHARE)
-    key = ("gpu_plan", whole_row_edges, chunk_edges)
-    return graph.cached(key, lambda: _build(graph, whole_row_edges, chunk_edges))
+    key = ("gpu_plan", whole_row_edges, chunk_edges, fused)
+    return graph.cached(key, lambda: _build(graph, whole_row_edges, chunk_edges, empty_last=fused))
 
 
 @functools.lru_cache(maxsize=None)

@@ -174,6 +174,14 @@ _declare(
     ["attention_row_dot"],
     _params("i64 num_pairs, int F, const scalar_t* grad_out, const scalar_t* out, acc_t* row_dot"),
 )
+_declare(
+    "attention",
+    ["attention_fill_empty"],
+    _params(
+        "const i64* items, i64 first, i64 num_rows, int width, int W1, scalar_t* out1, int W2, scalar_t* out2?, "
+        "int H, lse_t* lse_out?"
+    ),
+)
 
 # gatv2.cu: GATv2's row kernels share their leading parameters; G heads side by side per warp.
 _GATV2_ROWS = (
