@@ -150,23 +150,36 @@ extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
     row_dot[pair] = vector_dot(grad_out + pair * F, out + pair * F, F);
 }
 
-// The outputs of the plan's empty rows (items first, first + 1, ...: the plan puts them last),
-// which the head-span kernels are not launched over: zeros in out1 (W1 elements per row) and
-// out2 (W2, where given), -inf in lse_out (H, where given), as for a row without edges. A
-// warp per empty row and head-span item cost a warp's start, its item and its node rows'
-// loads for every such row (half the rows of an R-MAT graph). One thread per (row, element
-// of the widest); no shared memory. Bound: memory (writes only).
+// The gradients of the plan's empty rows (items first, first + 1, ...: the plan puts them last),
+// which the head-span backward passes are not launched over: zeros in out1 (W1 elements per
+// row) and out2 (W2, where given). A warp per empty row in those passes cost a warp's start,
+// its item and its own node rows' loads (two or three rows) for each such row, half the rows
+// of an R-MAT graph. Thread j of a row writes its elements [j * Z, j * Z + Z), Z = 16 /
+// sizeof(scalar_t): one 16-byte store where the array's rows are 16-byte aligned (bit 0 of
+// `aligned` for out1, bit 1 for out2; the launcher checks), else element by element. No
+// shared memory. Bound: memory (writes only).
 extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)
-    attention_fill_empty(const i64* items, i64 first, i64 num_rows, int width, int W1, scalar_t* out1, int W2,
-                         scalar_t* out2, int H, lse_t* lse_out) {
+    attention_zero_empty(const i64* items, i64 first, i64 num_rows, int chunks, int aligned, int W1, scalar_t* out1,
+                         int W2, scalar_t* out2) {
+    constexpr int Z = 16 / (int)sizeof(scalar_t);
     const i64 t = grid_thread();
-    if (t >= num_rows * width) return;
-    const i64 k = t / width;
-    const int j = (int)(t - k * width);
+    if (t >= num_rows * chunks) return;
+    const i64 k = t / chunks;
+    const int j = (int)(t - k * chunks);
     const i64 row = items[4 * (first + k)];
-    if (j < W1) store_scalar(out1 + row * W1 + j, 0);
-    if (out2 != 0 && j < W2) store_scalar(out2 + row * W2 + j, 0);
-    if (lse_out != 0 && j < H) lse_out[row * H + j] = neg_inf();
+    scalar_t* arrays[2] = {out1, out2};
+    const int widths[2] = {W1, W2};
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+        const int W = widths[a];
+        if (arrays[a] == 0 || j * Z >= W) continue;
+        scalar_t* p = arrays[a] + row * W + j * Z;
+        if (aligned >> a & 1) {
+            *reinterpret_cast<uint4*>(p) = make_uint4(0, 0, 0, 0);
+        } else {
+            for (int i = 0; i < Z && j * Z + i < W; ++i) store_scalar(p + i, 0);
+        }
+    }
 }
 
 // ---- Head-span kernels: the fused ops' row passes with each node row gathered by the whole warp ----

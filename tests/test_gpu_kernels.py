@@ -418,10 +418,10 @@ def poisoned_allocations(cupy):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_empty_rows_written_on_span_kernels(cupy, plan_limits, poisoned_allocations, dtype):
-    """The head-span kernels skip the fused plan's empty rows (destinations without edges; over
-    the transpose, sources without edges), whose outputs attention_fill_empty writes: with every
-    allocation NaN-poisoned, the fused ops forward and backward, attention_aggregate and spmm
-    match the CPU backend."""
+    """The head-span backward passes skip the fused plan's empty rows (destinations without
+    edges; over the transpose, sources without edges), whose gradients attention_zero_empty
+    writes: with every allocation NaN-poisoned, the fused ops forward and backward,
+    attention_aggregate and spmm match the CPU backend."""
     rng = np.random.default_rng(13)
     base = _graph(rng, np.int32)
     g = ca.CSRGraph(base.indptr, base.indices % 28, base.num_src)  # sources 28.. have no edges

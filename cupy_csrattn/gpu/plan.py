@@ -20,8 +20,8 @@ in chunks of a FUSED_CHUNKS_PER_SHARE-th of that share: the split items run last
 length is the launch's tail. Their partial states number at most about
 FUSED_CHUNKS_PER_SHARE + 1 times the resident warps, whatever the graph's size. The fused
 plan puts its empty rows last, after the split items (num_empty of them, in row order): the
-head-span kernels are launched over the items before them, and their outputs are filled
-apart (attention_fill_empty); the row kernels take them as whole rows, as before.
+head-span backward passes are launched over the items before them, and their gradients are
+zeroed apart (attention_zero_empty); every other kernel takes them as whole rows.
 
 Each plan is built once per graph (host syncs to size it) and cached on the graph.
 """

@@ -176,10 +176,10 @@ _declare(
 )
 _declare(
     "attention",
-    ["attention_fill_empty"],
+    ["attention_zero_empty"],
     _params(
-        "const i64* items, i64 first, i64 num_rows, int width, int W1, scalar_t* out1, int W2, scalar_t* out2?, "
-        "int H, lse_t* lse_out?"
+        "const i64* items, i64 first, i64 num_rows, int chunks, int aligned, int W1, scalar_t* out1, int W2, "
+        "scalar_t* out2?"
     ),
 )
 
