@@ -178,11 +178,10 @@ def _head_chunks(a, b, v, *others, edge, edge_name):
 def run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=None, edge=None, warps=None, **backward):
     """One head-span kernel of ``shape`` (from span_for) over the graph's fused plan (the
     backward passes but its empty rows, zeroed by zero_empty_rows), split rows merged after;
-    ``edge``: the edge data,
-    if any (edge_feat or edge_score, in the caller's edge order); ``warps``: the warps to start
-    (default one per item; gatv2's row pass takes fewer, each summing a strided set of items);
-    ``backward``: grad_out, lse, fwd_out, row_dot, edge_perm (over the transpose), grad_edge,
-    att and att_partial as the stage takes them."""
+    ``edge``: the edge data, if any (edge_feat or edge_score, in the caller's edge order);
+    ``warps``: the warps to start (default one per item; gatv2's row pass takes fewer, each
+    summing a strided set of items); ``backward``: grad_out, lse, fwd_out, row_dot, edge_perm
+    (over the transpose), grad_edge, att and att_partial as the stage takes them."""
     lanes, vec, nv = shape
     heads, features = v.shape[1], v.shape[2]
     plan = plans.plan_for(graph, fused=True)
