@@ -202,6 +202,42 @@ def test_fused_ops_match_cpu(cupy, plan_limits, dtype, index_dtype, heads, head_
             _close(got, want, dtype)
 
 
+def _fused_ops_match_cpu(cupy, rng, g, heads, head_dim, dtype):
+    """The three fused ops, forward and backward (the GPU backward from the CPU's saved forward,
+    against the CPU backward in float64), and the forwards of attention_aggregate and spmm
+    (given weights) on the GPU copy of g, against the CPU backend on g; lse -inf exactly
+    where the CPU's is."""
+    gg = g.to_gpu()
+    for op, inputs in _fused_inputs(rng, g, heads, head_dim, head_dim, dtype).items():
+        forward, backward = getattr(ca, op), getattr(ca, op + "_backward")
+        want_out, want_lse = forward(g, **inputs, return_lse=True)
+        got_out, got_lse = forward(gg, **{name: cupy.asarray(x) for name, x in inputs.items()}, return_lse=True)
+        _close(got_out, want_out, dtype)
+        got_lse = cupy.asnumpy(got_lse)
+        assert np.array_equal(np.isneginf(got_lse), np.isneginf(want_lse)), op
+        finite = np.isfinite(want_lse)
+        _close(got_lse[finite], want_lse[finite], dtype)
+        grad_out = rng.standard_normal(want_out.shape).astype(dtype)
+        saved = [*inputs.values(), want_out, grad_out, want_lse]
+        wants = backward(g, *[x.astype(np.float64) for x in saved])
+        gots = backward(gg, *[cupy.asarray(x) for x in saved])
+        assert len(gots) == len(wants) == len(inputs)
+        for name, got, want in zip(inputs, gots, wants):
+            assert got.shape == want.shape, (op, name)
+            _close(got, want, dtype)
+    scores = (rng.standard_normal((g.num_edges, heads)) * 2).astype(dtype)
+    values = rng.standard_normal((g.num_src, heads, head_dim)).astype(dtype)
+    want_out, want_lse = ca.attention_aggregate(g, scores, values, return_lse=True)
+    got_out, got_lse = ca.attention_aggregate(gg, cupy.asarray(scores), cupy.asarray(values), return_lse=True)
+    _close(got_out, want_out, dtype)
+    got_lse = cupy.asnumpy(got_lse)
+    assert np.array_equal(np.isneginf(got_lse), np.isneginf(want_lse))
+    finite = np.isfinite(want_lse)
+    _close(got_lse[finite], want_lse[finite], dtype)
+    weights = rng.standard_normal((g.num_edges, heads)).astype(dtype)
+    _close(ca.spmm(gg, cupy.asarray(weights), cupy.asarray(values)), ca.spmm(g, weights, values), dtype)
+
+
 # (SPAN_STAGES, SPAN_GROUP_STAGES) of gpu/attention.py: the same shapes on each kernel set.
 KERNEL_SETS = {
     "row": (set(), {"forward", "grad", "sources"}),
@@ -224,31 +260,7 @@ def test_fused_kernel_sets_match_cpu(cupy, plan_limits, monkeypatch, kernel_set,
     monkeypatch.setattr(attention, "SPAN_GROUP_STAGES", group_stages)
     monkeypatch.setattr(replay, "ENABLED", False)
     rng = np.random.default_rng(9)
-    g = _graph(rng, np.int32)
-    gg = g.to_gpu()
-    for op, inputs in _fused_inputs(rng, g, heads, head_dim, head_dim, dtype).items():
-        forward, backward = getattr(ca, op), getattr(ca, op + "_backward")
-        want_out, want_lse = forward(g, **inputs, return_lse=True)
-        got_out, got_lse = forward(gg, **{name: cupy.asarray(x) for name, x in inputs.items()}, return_lse=True)
-        _close(got_out, want_out, dtype)
-        finite = np.isfinite(want_lse)
-        _close(cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
-        grad_out = rng.standard_normal(want_out.shape).astype(dtype)
-        saved = [*inputs.values(), want_out, grad_out, want_lse]
-        wants = backward(g, *[x.astype(np.float64) for x in saved])
-        gots = backward(gg, *[cupy.asarray(x) for x in saved])
-        assert len(gots) == len(wants) == len(inputs)
-        for got, want in zip(gots, wants):
-            _close(got, want, dtype)
-    scores = (rng.standard_normal((g.num_edges, heads)) * 2).astype(dtype)
-    values = rng.standard_normal((g.num_src, heads, head_dim)).astype(dtype)
-    want_out, want_lse = ca.attention_aggregate(g, scores, values, return_lse=True)
-    got_out, got_lse = ca.attention_aggregate(gg, cupy.asarray(scores), cupy.asarray(values), return_lse=True)
-    _close(got_out, want_out, dtype)
-    finite = np.isfinite(want_lse)
-    _close(cupy.asnumpy(got_lse)[finite], want_lse[finite], dtype)
-    weights = rng.standard_normal((g.num_edges, heads)).astype(dtype)
-    _close(ca.spmm(gg, cupy.asarray(weights), cupy.asarray(values)), ca.spmm(g, weights, values), dtype)
+    _fused_ops_match_cpu(cupy, rng, _graph(rng, np.int32), heads, head_dim, dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -426,31 +438,7 @@ def test_empty_rows_written_on_span_kernels(cupy, plan_limits, poisoned_allocati
     base = _graph(rng, np.int32)
     g = ca.CSRGraph(base.indptr, base.indices % 28, base.num_src)  # sources 28.. have no edges
     assert (np.diff(g.indptr) == 0).any()
-    gg = g.to_gpu()
-    H, D = 4, 16
-    for op, inputs in _fused_inputs(rng, g, H, D, D, dtype).items():
-        forward, backward = getattr(ca, op), getattr(ca, op + "_backward")
-        want_out, want_lse = forward(g, **inputs, return_lse=True)
-        got_out, got_lse = forward(gg, **{name: cupy.asarray(x) for name, x in inputs.items()}, return_lse=True)
-        _close(got_out, want_out, dtype)
-        got_lse = cupy.asnumpy(got_lse)
-        assert np.array_equal(np.isneginf(got_lse), np.isneginf(want_lse)), op
-        finite = np.isfinite(want_lse)
-        _close(got_lse[finite], want_lse[finite], dtype)
-        grad_out = rng.standard_normal(want_out.shape).astype(dtype)
-        saved = [*inputs.values(), want_out, grad_out, want_lse]
-        wants = backward(g, *[x.astype(np.float64) for x in saved])
-        gots = backward(gg, *[cupy.asarray(x) for x in saved])
-        for name, got, want in zip(inputs, gots, wants):
-            assert got.shape == want.shape, (op, name)
-            _close(got, want, dtype)
-    scores = (rng.standard_normal((g.num_edges, H)) * 2).astype(dtype)
-    values = rng.standard_normal((g.num_src, H, D)).astype(dtype)
-    want_out, want_lse = ca.attention_aggregate(g, scores, values, return_lse=True)
-    got_out, got_lse = ca.attention_aggregate(gg, cupy.asarray(scores), cupy.asarray(values), return_lse=True)
-    _close(got_out, want_out, dtype)
-    assert np.array_equal(np.isneginf(cupy.asnumpy(got_lse)), np.isneginf(want_lse))
-    _close(ca.spmm(gg, cupy.asarray(scores), cupy.asarray(values)), ca.spmm(g, scores, values), dtype)
+    _fused_ops_match_cpu(cupy, rng, g, 4, 16, dtype)
 
 
 def test_bitwise_reproducible(cupy, plan_limits):
