@@ -387,10 +387,11 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
     // update (two exps, every accumulator rescaled). Measured on an H200 (uniform 1M-row,
     // dense 100k-row and R-MAT graphs, against the update on every edge): the dot forward ran
     // 0.86-1.07x the time (above 1.01x only where the tree's own run-to-run spread was 7-9%),
-    // gat in float16 0.82-1.00x; gat in float32, whose score costs
-    // little beside the divergent branch, ran 1.095x on the uniform graph (H=8 F=16, rows of
-    // 8-24 edges, where the max moves often) and 0.90x on the dense one. gatv2: not measured.
-    constexpr bool LAZY = KIND == SCORE_GIVEN || DOT || (KIND == SCORE_GAT && sizeof(scalar_t) == 2);
+    // gat in float16 0.82-1.00x; gat in float32, whose score costs little beside the divergent
+    // branch, ran 1.095x on the uniform graph (H=8 F=16, rows of 8-24 edges, where the max
+    // moves often) and 0.90x on the dense one; gatv2 (its score a leaky_relu dot per head)
+    // 0.92-1.01x on the uniform and R-MAT graphs.
+    constexpr bool LAZY = KIND == SCORE_GIVEN || DOT || V2 || (KIND == SCORE_GAT && sizeof(scalar_t) == 2);
     constexpr int SPAN_EDGES = KIND == SCORE_GAT && STAGE == SPAN_FORWARD && sizeof(scalar_t) == 2 && W * sizeof(scalar_t) <= 16 ? 4 : 2;
     const Item item = plan_item(items, index);
     const SpanLanes lanes = span_lanes(H, S);
