@@ -14,8 +14,6 @@ import pytest
 from cupy_csrattn import backend
 from cupy_csrattn.gpu import cuda_graph, replay
 
-pytest.importorskip("cupy.cuda.function", reason="replays hold CuPy's kernel-argument pointers")
-
 BLOCKS = {}  # start address -> the bytes of a stand-in allocation
 
 
@@ -95,6 +93,7 @@ class FakeKernel:
 
 
 KERNEL = FakeKernel()
+KERNELS = {FakeKernel.ptr: KERNEL}  # CUfunction handle -> kernel, for the stand-in driver
 TABLE = FakeArray((6,), np.float32)
 TABLE.values[:] = np.arange(6)
 FULL_CALLS = []
@@ -132,15 +131,30 @@ class FakeStream:
         return False
 
 
+def _run(function, grid, block, slot_addresses):
+    """Run kernel ``function`` on the 8-byte argument slots at ``slot_addresses``."""
+    KERNELS[function]((grid,), (block,), [SimpleNamespace(ptr=address) for address in slot_addresses])
+
+
+def _launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+    """cuLaunchKernel: params is the address of the kernel's array of slot addresses (four here)."""
+    LAUNCHES.append(function)
+    _run(function, gx, bx, list((ctypes.c_void_p * 4).from_address(params)))
+
+
+LAUNCHES = []  # the kernels launched through the stand-in cuLaunchKernel
+
+
 @pytest.fixture
 def public(monkeypatch):
     runtime = SimpleNamespace(getDevice=lambda: 0)
     cuda = SimpleNamespace(runtime=runtime, get_current_stream=FakeStream, alloc=lambda n: FakeMemory(_allocate(n)))
     fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=cuda)
     monkeypatch.setattr(backend, "cupy", fake_cupy)
-    monkeypatch.setattr(replay, "_driver_api", SimpleNamespace(ctxGetCurrent=lambda: 1))
+    monkeypatch.setattr(replay, "_driver_api", SimpleNamespace(ctxGetCurrent=lambda: 1, launchKernel=_launch_kernel))
     monkeypatch.setattr(cuda_graph, "driver", lambda: None)  # kernel by kernel unless a test sets a driver
     FULL_CALLS.clear()
+    LAUNCHES.clear()
     return replay.replayed(scaled_plus_table)
 
 
@@ -160,6 +174,32 @@ def test_later_calls_replay_with_their_own_arrays(public):
         results.append(out)
     assert len(FULL_CALLS) == 2  # the first call and the recorded one; three replays
     assert [type(r) for r in graph.cache["replay records"].values()] == [replay.Replay]
+
+
+def test_replays_launch_through_the_driver_binding(public):
+    """Replays launch their kernel through cuLaunchKernel on its argument slots, one launch per
+    call; the full calls launch it themselves."""
+    graph = FakeGraph()
+    for seed in range(5):
+        public(graph, _x(seed))
+    assert len(FULL_CALLS) == 2 and LAUNCHES == [FakeKernel.ptr] * 3
+
+
+def test_a_thread_without_a_current_context_takes_the_full_path(public, monkeypatch):
+    """Where the driver reports no current context (cuLaunchKernel would fail) a recorded call
+    runs in full, with the right results; once there is one, it replays again."""
+    graph = FakeGraph()
+    for seed in range(2):
+        public(graph, _x(seed))
+    monkeypatch.setattr(replay._driver_api, "ctxGetCurrent", lambda: 0)
+    for seed in range(2, 4):
+        x = _x(seed)
+        np.testing.assert_array_equal(public(graph, x).values, np.float32(2.0) * x.values + TABLE.values)
+    assert len(FULL_CALLS) == 4 and not LAUNCHES
+    monkeypatch.setattr(replay._driver_api, "ctxGetCurrent", lambda: 1)
+    x = _x(9)
+    np.testing.assert_array_equal(public(graph, x).values, np.float32(2.0) * x.values + TABLE.values)
+    assert len(FULL_CALLS) == 4 and len(LAUNCHES) == 1
 
 
 def test_out_and_scalars(public):
@@ -233,8 +273,6 @@ class FakeDriver:
     copies the values its slots hold, and a graph launch runs each node's kernel (by its
     function handle) on copies of those values, in node order."""
 
-    KERNELS = {FakeKernel.ptr: KERNEL}
-
     def __init__(self, refuse_launch=False):
         self.nodes, self.values, self.graph_launches, self.params_set = [], {}, 0, 0
         self.dependencies = []  # per node, the (1-based) nodes it depends on
@@ -279,16 +317,13 @@ class FakeDriver:
         pointers = (ctypes.c_void_p * 4).from_address(params.kernelParams)
         return [ctypes.c_uint64.from_address(p).value for p in pointers]
 
-    def _run(self, function, grid, block, values):
-        held = [ctypes.c_uint64(v) for v in values]
-        self.KERNELS[function]((grid,), (block,), [SimpleNamespace(ptr=ctypes.addressof(v)) for v in held])
-
     def _launch(self, executable, stream):
         if self.refuse_launch:
             return 1
         self.graph_launches += 1
         for index, params in enumerate(self.nodes, 1):
-            self._run(params.func, params.gridDimX, params.blockDimX, self.values[index])
+            held = [ctypes.c_uint64(v) for v in self.values[index]]
+            _run(params.func, params.gridDimX, params.blockDimX, [ctypes.addressof(v) for v in held])
         return 0
 
 
@@ -321,6 +356,7 @@ def test_records_of_several_kernels_launch_as_one_graph(public, monkeypatch, ref
     assert len(FULL_CALLS) == 2
     (record,) = graph.cache["replay records"].values()
     assert fake.graph_launches == (0 if refuse_launch else 3)
+    assert len(LAUNCHES) == (2 * 3 if refuse_launch else 0)  # refused: both kernels through cuLaunchKernel
     assert (record._graph is None) == refuse_launch
 
 

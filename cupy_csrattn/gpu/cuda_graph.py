@@ -2,12 +2,14 @@
 launch to launch, through the CUDA driver API (ctypes): a replay (gpu/replay.py) issues a
 call's kernels with one graph launch instead of one launch per kernel.
 
-Each kernel node holds its arguments in 8-byte slots of its own (a pointer, or a scalar in
-its low bytes). A launch hands each node whose slots changed since the executable last took
-them its new slots (cuGraphExecKernelNodeSetParams copies them; the change affects only later
-launches of the graph) and launches the graph on a stream: calls that repeat their addresses
-(a memory pool handing back the same blocks) set no parameters. CUDA orders a graph's launch
-after its previous launch, on any stream.
+Each kernel's arguments live in 8-byte slots (a pointer, or a scalar in its low bytes) that
+the caller writes (``argument_slots``). A launch hands each node whose slots changed since the
+executable last took them its new slots (cuGraphExecKernelNodeSetParams copies them; the
+change affects only later launches of the graph) and launches the graph on a stream: calls
+that repeat their addresses (a memory pool handing back the same blocks) set no parameters.
+CUDA orders a graph's launch after its previous launch, on any stream. The graph launch goes
+through CuPy's runtime binding where there is one (a CUgraphExec is a cudaGraphExec_t), which
+costs the host less than a call through ctypes.
 
 ``driver()`` is None where the CUDA driver library or one of its functions is missing; the
 callers then launch kernel by kernel.
@@ -19,6 +21,11 @@ import sys
 from ctypes import POINTER, byref, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
 
 import numpy as np
+
+try:  # CuPy's binding of the runtime API (graphLaunch), where CuPy is installed
+    from cupy_backends.cuda.api import runtime as _runtime
+except ImportError:  # pragma: no cover - without CuPy nothing launches a graph
+    _runtime = None
 
 _SUCCESS = 0
 
@@ -68,7 +75,19 @@ def driver():
             functions[name[2:].removesuffix("_v2")] = function
     except (OSError, AttributeError):
         return None
+    if _runtime is not None:
+        functions["GraphLaunch"] = _graph_launch
     return functions
+
+
+def _graph_launch(executable, stream):
+    """Launch ``executable`` (a c_void_p) on ``stream`` through CuPy's binding: _SUCCESS, or 1
+    where the runtime refuses."""
+    try:
+        _runtime.graphLaunch(executable.value, stream)
+    except _runtime.CUDARuntimeError:
+        return 1
+    return _SUCCESS
 
 
 def slot_value(value):
@@ -80,9 +99,9 @@ class GraphError(RuntimeError):
     pass
 
 
-def _argument_slots(slots):
+def argument_slots(slots):
     """(values, pointers): a kernel's 8-byte argument slots holding ``slots`` and the array of
-    their addresses that a launch takes as its kernelParams."""
+    their addresses that a launch (cuLaunchKernel, a kernel node) takes as its kernelParams."""
     values = (ctypes.c_uint64 * max(len(slots), 1))(*slots)
     pointers = (c_void_p * max(len(slots), 1))(*(ctypes.addressof(values) + 8 * i for i in range(len(slots))))
     return values, pointers
@@ -91,13 +110,13 @@ def _argument_slots(slots):
 class KernelGraph:
     """Kernels launched in stages as one CUDA graph.
 
-    ``launches``: (function, grid, block, slots, stage) per kernel, in launch order: the
-    CUfunction handle, 3-tuples of grid and block sizes, the initial 8-byte value of each
-    argument, and its stage, a number that does not decrease from launch to launch. Each
-    kernel depends on every kernel of the stage before its own, so the kernels of one stage
-    may run side by side and the stages run one after the other. ``arguments[i]`` is kernel
-    i's slots, to be written before ``launch``. Raises GraphError where the driver refuses
-    the graph.
+    ``launches``: (function, grid, block, (values, pointers), stage) per kernel, in launch
+    order: the CUfunction handle, 3-tuples of grid and block sizes, the kernel's argument
+    slots (``argument_slots``: the caller writes ``values`` before each ``launch``; the graph
+    keeps them alive) and its stage, a number that does not decrease from launch to launch.
+    Each kernel depends on every kernel of the stage before its own, so the kernels of one
+    stage may run side by side and the stages run one after the other. Raises GraphError
+    where the driver refuses the graph.
     """
 
     def __init__(self, functions, launches):
@@ -106,10 +125,9 @@ class KernelGraph:
         self.arguments, self._params, self._nodes, self._pointers = [], [], [], []
         self._check(functions["GraphCreate"](byref(self.graph), 0))
         before, current, current_stage = [], [], None  # the nodes of the stage before, of this one
-        for function, grid, block, slots, stage in launches:
+        for function, grid, block, (values, pointers), stage in launches:
             if stage != current_stage:
                 before, current, current_stage = current, [], stage
-            values, pointers = _argument_slots(slots)
             params = KernelNodeParams(function, *grid, *block, 0, ctypes.addressof(pointers), None, None, None)
             node = c_void_p()
             dependencies = (c_void_p * max(len(before), 1))(*(n.value for n in before))

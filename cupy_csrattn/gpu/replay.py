@@ -6,9 +6,9 @@ arrays, the values of the scalars, the current device. Once validated and run, s
 is recorded: the kernels it launched (grids, argument tuples) and the arrays it allocated
 (outputs and scratch). A later call with the same description skips validation, placement and the
 launchers' choices: it allocates fresh memory for the recorded arrays (one block for the
-arrays it returns, one for its scratch), puts the addresses of the caller's arrays and the
-new ones in the argument lists where the recorded call had its own, and launches the same
-kernels in the same order on the current stream. The results are those of
+arrays it returns, one for its scratch), writes the addresses of the caller's arrays and the
+new ones into the kernels' argument slots where the recorded call had its own, and launches
+the same kernels in the same order on the current stream. The results are those of
 the full call, bit for bit, because it is the same work.
 
 A call is recorded at its second occurrence (its first may build the graph's derived data,
@@ -22,6 +22,7 @@ with it, and a graph's arrays must not change after it is built (the CSRGraph co
 """
 
 import contextlib
+import ctypes
 import functools
 import threading
 from typing import NamedTuple
@@ -31,17 +32,16 @@ import numpy as np
 from cupy_csrattn import backend
 from cupy_csrattn.gpu import cuda_graph
 
-try:  # CuPy's kernel-argument pointers: an address, and a value held in a NumPy array
-    from cupy.cuda.function import CIntptr as _ADDRESS
-    from cupy.cuda.function import CNumpyArray as _BY_VALUE
+try:  # CuPy's binding of the driver API: cuLaunchKernel, cuCtxGetCurrent
     from cupy_backends.cuda.api import driver as _driver_api
 except ImportError:  # pragma: no cover - without CuPy nothing is replayed
-    _ADDRESS = _BY_VALUE = _driver_api = None
+    _driver_api = None
 
 ENABLED = True  # tests switch replay off to compare with the full path
 MAX_RECORDS_PER_GRAPH = 256
 
 _SCALARS = (int, float, bool, str)
+NO_CONTEXT = object()  # what a replay returns, having done nothing, on a thread with no current context
 _IN, _NEW = 0, 1  # sources of an array argument: a caller's array, a new allocation
 
 
@@ -118,28 +118,30 @@ def other_work(reason):
 
 
 def _describe(function, args, kwargs):
-    """(key, arrays) of a call of ``function``, or (None, None) when it is not recordable: the
-    key names everything the call's work depends on, the op first (two ops may take arguments
-    of one description: spmm and attention_aggregate both take (E, H) and (N, H, F) arrays);
-    arrays are the caller's, in argument order."""
+    """(key, arrays, addresses) of a call of ``function``, or three Nones when it is not
+    recordable: the key names everything the call's work depends on, the op first (two ops may
+    take arguments of one description: spmm and attention_aggregate both take (E, H) and
+    (N, H, F) arrays); arrays are the caller's, in argument order, and addresses their data's."""
     cupy = backend.cupy
-    parts, arrays, pointers = [], [], set()
+    ndarray = cupy.ndarray
+    parts, arrays, addresses = [], [], []
     for value in (*args[1:], *kwargs.values()):
         kind = type(value)
-        if kind is cupy.ndarray:
+        if kind is ndarray:
             memory = value.data
-            if value.size == 0 or memory.ptr in pointers:
-                return None, None
-            pointers.add(memory.ptr)
-            parts.append((value.dtype, value.shape, value.strides, memory.ptr & 15, memory.device_id))
+            address = memory.ptr
+            if value.size == 0 or address in addresses:
+                return None, None, None
+            addresses.append(address)
+            parts.append((value.dtype, value.shape, value.strides, address & 15, memory.device_id))
             arrays.append(value)
         elif value is None or kind in _SCALARS:
             parts.append((kind, value))
         else:
-            return None, None
+            return None, None, None
     if not arrays:  # a call with no CuPy array does not run on the GPU
-        return None, None
-    return (function, tuple(kwargs), cupy.cuda.runtime.getDevice(), *parts), arrays
+        return None, None, None
+    return (function, tuple(kwargs), cupy.cuda.runtime.getDevice(), *parts), arrays, addresses
 
 
 def _source(array, arrays, allocations):
@@ -172,24 +174,27 @@ class _Slot(NamedTuple):
 class Replay:
     """The recorded work of one call, repeated with a later call's arrays.
 
-    A record of several kernels launches them as one CUDA graph (gpu/cuda_graph.py) whose
-    arguments are set per call, at less host cost than a launch per kernel, the kernels of one
-    ``independent`` block free to run side by side. Otherwise (one kernel, no driver library,
-    a stream being captured, no current context, a graph the driver refused) launches go
-    straight to each kernel's CUDA function with argument lists converted once: the graph's
-    arrays and the scalars as CuPy's kernel-argument pointers (what a launch would build
-    from them on every call). Either way the call's own arrays are filled in per call. The
-    arrays a call returns share one allocation, freed when the last of them is: one allocation
-    and an array header per result cost the host less than an allocation per array.
+    Each recorded kernel keeps its arguments in 8-byte slots (cuda_graph.argument_slots): the
+    graph's arrays and the scalars are written once, the call's own arrays (the caller's and
+    the new allocations) per call. A record of several kernels launches them as one CUDA graph
+    (gpu/cuda_graph.py), the kernels of one ``independent`` block free to run side by side;
+    otherwise (one kernel, no driver library, a stream being captured, a graph the driver
+    refused) each kernel goes to cuLaunchKernel through CuPy's driver binding with its slots,
+    which costs the host a fraction of a launch through CuPy's Function (that converts every
+    argument on every call). The arrays a call returns share one allocation, freed when the
+    last of them is: one allocation and an array header per result cost the host less than an
+    allocation per array. A thread with no current CUDA context (the driver API needs one)
+    gets NO_CONTEXT: its call takes the full path, which makes one current.
     """
 
     def __init__(self, collected, arrays, result):
         cupy = backend.cupy
-        self.launches = []
-        self._graph_arrays = []  # keeps the arrays whose addresses the lists hold alive
+        self._writes = []  # per kernel: (slot values, [(position, source, index, offset)])
+        self._launches = []  # per kernel: the cuLaunchKernel arguments before the stream, its kernelParams
+        self._graph_arrays = []  # keeps the arrays whose addresses the slots hold alive
         graph_launches = []
         for kernel, grid, block, args, stage in collected.launches:
-            template, slots, values = [], [], []
+            slots, initial = [], []
             for position, value in enumerate(args):
                 if type(value) is cupy.ndarray:
                     source = _source(value, arrays, collected.allocations)
@@ -197,24 +202,24 @@ class Replay:
                         raise _NotReplayable("an argument's memory lies in two arrays")
                     if source is None:  # the graph's own data, the same in every call
                         self._graph_arrays.append(value)
-                        template.append(_ADDRESS(value.data.ptr))
-                        values.append(value.data.ptr)
+                        initial.append(value.data.ptr)
                         continue
                     slots.append((position, *source))
-                    template.append(None)
-                    values.append(0)
+                    initial.append(0)
                 elif isinstance(value, np.generic):
-                    template.append(_BY_VALUE(np.asarray(value)))
-                    values.append(cuda_graph.slot_value(value))
+                    initial.append(cuda_graph.slot_value(value))
                 else:
                     raise _NotReplayable(f"a kernel argument of type {type(value).__name__}")
             grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
-            self.launches.append((kernel.kernel, grid, block, template, slots))
-            graph_launches.append((kernel.kernel.ptr, grid, block, values, stage))
+            values, pointers = argument_slots = cuda_graph.argument_slots(initial)
+            function = kernel.kernel.ptr
+            self._writes.append((values, slots))
+            self._launches.append(((function, *grid, *block, 0), ctypes.addressof(pointers), argument_slots))
+            graph_launches.append((function, grid, block, argument_slots, stage))
         self.result = self._template(result, arrays, collected.allocations)
         self._place_allocations(collected.allocations)
         self._graph = _kernel_graph(graph_launches)
-        self._graph_lock = threading.Lock()  # a graph's argument slots serve one call at a time
+        self._lock = threading.Lock()  # the argument slots serve one call at a time
 
     def _place_allocations(self, allocations):
         """Where a replay puts each recorded allocation. The arrays the call returns share one
@@ -281,8 +286,12 @@ class Replay:
                 return _Slot(_NEW, index, result.shape)
         raise _NotReplayable("a result is neither an argument nor an allocation")
 
-    def __call__(self, arrays):
+    def __call__(self, arrays, addresses):
+        """The call's results (``arrays``: the caller's, ``addresses``: their data's), or
+        NO_CONTEXT (nothing done) where this thread has no current CUDA context."""
         cupy = backend.cupy
+        if not _driver_api.ctxGetCurrent():
+            return NO_CONTEXT
         # new: the address of each allocation; memory: the blocks holding them, held until the
         # kernels are launched (freed earlier, the pool could hand them to another array)
         if self._lone is not None:  # most ops: one returned array, no scratch
@@ -290,22 +299,20 @@ class Replay:
             memory, new, returned = None, [array.data.ptr], [array]
         else:
             memory, new, returned = self._allocate()
-        graph = self._graph
-        if graph is not None:
-            stream = cupy.cuda.get_current_stream()
-            if not stream.is_capturing() and _driver_api.ctxGetCurrent():
-                with self._graph_lock:
-                    for values, (_, _, _, _, slots) in zip(graph.arguments, self.launches):
-                        for position, source, index, offset in slots:
-                            values[position] = (arrays[index].data.ptr if source == _IN else new[index]) + offset
-                    if graph.launch(stream.ptr):
-                        return _build(self.result, arrays, returned)
+        stream = cupy.cuda.get_current_stream()
+        where = (addresses, new)  # by source (_IN, _NEW): the address of each array
+        with self._lock:
+            for values, slots in self._writes:
+                for position, source, index, offset in slots:
+                    values[position] = where[source][index] + offset
+            graph = self._graph
+            if graph is not None and not stream.is_capturing():
+                if graph.launch(stream.ptr):
+                    return _build(self.result, arrays, returned)
                 self._graph = None  # refused by the driver: kernel by kernel from now on
-        for function, grid, block, template, slots in self.launches:
-            args = template.copy()
-            for position, source, index, offset in slots:
-                args[position] = _ADDRESS((arrays[index].data.ptr if source == _IN else new[index]) + offset)
-            function(grid, block, args)
+            launch_kernel, stream_ptr = _driver_api.launchKernel, stream.ptr
+            for head, params, _ in self._launches:
+                launch_kernel(*head, stream_ptr, params, 0)
         return _build(self.result, arrays, returned)
 
 
@@ -323,12 +330,11 @@ def _build(template, arrays, returned):
 ALIGNMENT = 256
 
 
-# Records of fewer kernels launch them directly: a graph costs a launch of its own, and a
-# kernel's CUDA function called with its converted argument list costs less host time than
-# cuLaunchKernel through ctypes on argument slots (measured on the 384-row graph: about 20
-# against 23 us per edge_softmax call, back to back). A one-kernel graph saves host time
-# where a call's addresses repeat (0.86-0.96x the direct launch's host time) and costs more
-# where its outputs move from call to call, setting the node's parameters on every call (the
+# Records of fewer kernels launch them directly: a graph costs a launch of its own. Measured on
+# the 384-row graph when direct launches went through CuPy's Function (a little dearer than
+# cuLaunchKernel on slots, about 1 us a call), a one-kernel graph saved host time where a
+# call's addresses repeat (0.86-0.96x the direct launch's) and cost more where its outputs
+# move from call to call, setting the node's parameters through ctypes on every call (the
 # fused forwards, their outputs kept: 0.95-1.11x; benchmarks/results/host_37cbadf_611e7ce_*).
 GRAPH_MIN_LAUNCHES = 2
 
@@ -356,13 +362,14 @@ def replayed(function):
         graph = args[0] if args else None
         if not ENABLED or backend.cupy is None or not hasattr(graph, "cached") or recording():
             return function(*args, **kwargs)
-        key, arrays = _describe(function, args, kwargs)
+        key, arrays, addresses = _describe(function, args, kwargs)
         if key is None:
             return function(*args, **kwargs)
         records = _records(graph)
         record = records.get(key, 0)
         if isinstance(record, Replay):
-            return record(arrays)
+            result = record(arrays, addresses)
+            return function(*args, **kwargs) if result is NO_CONTEXT else result
         if record is None or len(records) >= MAX_RECORDS_PER_GRAPH:
             return function(*args, **kwargs)
         if record == 0:  # first occurrence: may build the graph's derived data
