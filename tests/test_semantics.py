@@ -3,6 +3,7 @@ untouched inputs, out=, sparse-matrix graphs and their edge order."""
 
 import inspect
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -168,6 +169,34 @@ def test_nan_stays_in_its_row_and_head(xp, func):
         np.testing.assert_array_equal(np.isnan(g_arr), mask)
         np.testing.assert_array_equal(np.isnan(e_arr), mask)  # the reference agrees
         check_result(xp, to_xp(xp, np.where(mask, 0, g_arr)), np.where(mask, 0, e_arr), np.float64)
+
+
+def _poisoned(a, fill):
+    """A copy of float array ``a`` filled with ``fill``: +inf, -inf, or "mixed" (its first three
+    elements +inf, -inf and NaN)."""
+    a = a.copy()
+    if fill == "mixed":
+        a.reshape(-1)[:3] = (INF, -INF, math.nan)
+    else:
+        a[...] = fill
+    return a
+
+
+@pytest.mark.parametrize("fill", [INF, -INF, "mixed"], ids=["inf", "-inf", "mixed"])
+@pytest.mark.parametrize("case", case_params())
+def test_non_finite_inputs_raise_no_floating_point_warning(xp, case, fill):
+    """NaN and +-inf in any input give the IEEE results the ops document, on the CPU as on the
+    GPU: no NumPy floating-point warning, and no FloatingPointError under
+    np.errstate(all="raise")."""
+    graph = named_graph("zero_degree_rows")
+    args, kwargs = case.make(np.random.default_rng(3), graph, 3, 4, np.float32)
+    floats = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+    assert floats
+    for i in floats:
+        poisoned = tuple(_poisoned(a, fill) if j == i else a for j, a in enumerate(args))
+        with warnings.catch_warnings(), np.errstate(all="raise"):
+            warnings.simplefilter("error")
+            case.run(make_graph(xp, graph), to_xp(xp, poisoned), kwargs)
 
 
 def test_pos_inf_score_gives_nan_in_its_row_and_head(xp):

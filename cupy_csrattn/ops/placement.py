@@ -2,6 +2,8 @@
 
 import math
 
+import numpy as np
+
 from cupy_csrattn import _validate, backend
 from cupy_csrattn.gpu import replay
 
@@ -32,7 +34,14 @@ class Placement:
         keyword arguments that are not None (a call without them then suits a backend
         function that does not take them)."""
         given = {name: value for name, value in optional.items() if value is not None}
-        op.backend(self.on_gpu)(self.graph, *args, **given)
+        if self.on_gpu:
+            op.backend(True)(self.graph, *args, **given)
+            return
+        # IEEE arithmetic, as on the GPU: NaN and +-inf inputs give the NaN and +-inf results each
+        # op documents, not NumPy's floating-point warnings (or, under np.seterr(all="raise"),
+        # errors that the GPU path never raises).
+        with np.errstate(all="ignore"):
+            op.backend(False)(self.graph, *args, **given)
 
     def node_input(self, x, dtype, per_node_scalar=False):
         """(N, H, F) view or copy of an (N, *S, F) node array; (N, H) of an (N, *S) one when
