@@ -122,6 +122,30 @@ def finite_scalar(name, value):
     return value
 
 
+def dtype_list(name, given, supported):
+    """The dtypes ``given`` names (an iterable of dtype-likes, or one), each one of ``supported``
+    (NumPy dtypes); all of ``supported`` when ``given`` is None."""
+    if given is None:
+        return list(supported)
+    if isinstance(given, (str, type, np.dtype)):
+        given = [given]
+    try:
+        given = list(given)
+    except TypeError:
+        raise TypeError(f"{name} must be a dtype or an iterable of dtypes, got {type(given).__name__}") from None
+    chosen = []
+    for entry in given:
+        try:
+            dtype = np.dtype(entry)
+        except TypeError:
+            raise TypeError(f"{name} must hold dtypes, got {entry!r}") from None
+        if dtype not in supported:
+            names = ", ".join(d.name for d in supported)
+            raise ValueError(f"{name} must hold dtypes among {names}, got {dtype.name}")
+        chosen.append(dtype)
+    return chosen
+
+
 def choice(name, value, options):
     if value not in options:
         raise ValueError(f"{name} must be one of {options}, got {value!r}")

@@ -690,3 +690,24 @@ def test_failed_call_leaves_out_untouched(xp):
     out = xp.full((N_DST, F), 7.0)
     _raises(xp, ValueError, "values", "spmm", _r(E), _r(N_SRC + 1, F), out=out)
     assert (to_np(out) == 7.0).all()
+
+
+# ------------------------------------------------------------------ warmup
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(dtypes=["int32"]), ValueError, "dtypes must hold dtypes among float32, float64, float16, got int32"),
+        (dict(dtypes=[np.float32, "complex64"]), ValueError, "dtypes .* got complex64"),
+        (dict(index_dtypes=["float32"]), ValueError, "index_dtypes must hold dtypes among int32, int64, got float32"),
+        (dict(index_dtypes=[np.uint32]), ValueError, "index_dtypes .* got uint32"),
+        (dict(dtypes=["no such type"]), TypeError, "dtypes must hold dtypes, got 'no such type'"),
+        (dict(dtypes=5), TypeError, "dtypes must be a dtype or an iterable of dtypes, got int"),
+    ],
+    ids=["int-data", "complex-data", "float-index", "uint-index", "unknown-name", "not-iterable"],
+)
+def test_warmup_bad_dtypes(kwargs, exc, match):
+    """Checked before anything else, so the same error with or without a GPU."""
+    with pytest.raises(exc, match=match):
+        ca.warmup(**kwargs)
