@@ -274,6 +274,83 @@ def test_mtx_array_format(tmp_path):
     assert np.array_equal(dense(graph, values), [[1, 0], [0, 2]])
 
 
+def _dense_file_text(matrix, field, symmetry):
+    """A dense Matrix Market file of ``matrix``, as the format lays it out: column by column,
+    the lower triangle only (without the diagonal if skew) unless general."""
+    rows, cols = matrix.shape
+    lines = [f"%%MatrixMarket matrix array {field} {symmetry}", "% a comment", f"{rows} {cols}"]
+    for j in range(cols):
+        for i in range(rows):
+            if symmetry == "general" or i > j or (i == j and symmetry != "skew-symmetric"):
+                v = matrix[i, j]
+                lines.append(f"{float(v.real)!r} {float(v.imag)!r}" if field == "complex" else repr(v.item()))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    "field,symmetry",
+    [
+        ("real", "general"),
+        ("integer", "general"),
+        ("complex", "general"),
+        ("real", "symmetric"),
+        ("integer", "skew-symmetric"),
+        ("complex", "hermitian"),
+    ],
+)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_mtx_array_format_every_field_and_symmetry(tmp_path, field, symmetry, transpose):
+    """Dense files give the nonzero entries of the matrix scipy.io.mmread reads, each row's in
+    column order, with their values."""
+    rng = np.random.default_rng(5)
+    shape = (4, 3) if symmetry == "general" else (4, 4)
+    matrix = rng.integers(-2, 3, shape) * (rng.random(shape) < 0.6)
+    if field == "complex":
+        matrix = matrix + 1j * rng.integers(-1, 2, shape)
+    if symmetry == "symmetric":
+        matrix = np.tril(matrix) + np.tril(matrix, -1).T
+    elif symmetry == "skew-symmetric":
+        matrix = np.tril(matrix, -1) - np.tril(matrix, -1).T
+    elif symmetry == "hermitian":
+        matrix = np.tril(matrix, -1) + np.tril(matrix, -1).conj().T + np.diag(np.diag(matrix).real)
+    path = write(tmp_path / "d.mtx", _dense_file_text(matrix, field, symmetry))
+    assert np.array_equal(np.asarray(scipy.io.mmread(path)), matrix)  # the file says what the test means
+    graph, values = datasets.load_mtx(path, return_values=True, transpose=transpose)
+    expected = matrix.T if transpose else matrix
+    assert graph.shape == expected.shape
+    assert np.array_equal(dense(graph, values), expected)
+    assert np.count_nonzero(values) == graph.num_edges == np.count_nonzero(expected)
+    for row in range(graph.num_dst):  # each row's entries by column
+        assert np.all(np.diff(np.asarray(graph.indices)[graph.indptr[row] : graph.indptr[row + 1]]) > 0)
+
+
+def test_mtx_array_format_with_comments_after_values(tmp_path):
+    """A value followed by a comment on its line ("4%c") is the value: scipy 1.16's reader
+    crashed the process on such a file."""
+    path = write(tmp_path / "c.mtx", "%%MatrixMarket matrix array real general\n2 2\n1\n0\n3%x\n4%%MatrixMarket\n")
+    graph, values = datasets.load_mtx(path, return_values=True)
+    assert np.array_equal(dense(graph, values), [[1, 3], [0, 4]])
+
+
+@pytest.mark.parametrize(
+    "text,line,message",
+    [
+        ("array pattern general\n1 1\n1\n", 1, "pattern matrix must be in coordinate format"),
+        ("array real symmetric\n2 3\n1\n2\n3\n", 2, "must be square, got 2 x 3"),
+        ("array real general\n1 2\n1\n2\n3\n", 5, "more than the 2 values of the 1 x 2 general matrix"),
+        ("array real general\n2 1\n1\nx\n", 4, "'x' is not a number"),
+        ("array integer general\n2 1\n1\n2.5\n", 4, "'2.5' is not an integer"),
+        ("array real general\n2 1\n1 2\n3\n", 3, "expected 1 column"),
+        ("array complex general\n1 1\n1\n", 3, "expected 2 columns"),
+        ("array real general\n0 1000000000000\n", 2, "1000000000000 nodes"),
+    ],
+)
+def test_mtx_array_malformed_names_file_and_line(tmp_path, text, line, message):
+    path = write(tmp_path / "bad.mtx", "%%MatrixMarket matrix " + text)
+    with pytest.raises(ValueError, match=re.escape(f"{path}:{line}:") + ".*" + re.escape(message)):
+        datasets.load_mtx(path)
+
+
 @pytest.mark.parametrize(
     "text,line,message",
     [

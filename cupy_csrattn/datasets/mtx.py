@@ -1,17 +1,16 @@
 """load_mtx: Matrix Market files.
 
-Coordinate files are read by :mod:`cupy_csrattn.datasets.text` (numpy.loadtxt, and a line
-scan that names a malformed line), not by scipy.io.mmread: scipy's reader accepts entries
-that this loader reports as errors ("2 2 1x" and "2 2 1,5" read as 1, "1.5" in an integer
-file as 1, extra columns and non-square symmetric matrices accepted) and its messages do not
-name the file. Dense ("array") files, rare for graphs, go to scipy.io.mmread.
+Files are read by :mod:`cupy_csrattn.datasets.text` (numpy.loadtxt, and a line scan that
+names a malformed line), not by scipy.io.mmread: scipy's reader accepts entries that this
+loader reports as errors ("2 2 1x" and "2 2 1,5" read as 1, "1.5" in an integer file as 1,
+extra columns and non-square symmetric matrices accepted), its messages do not name the
+file, and some malformed dense ("array") files crash it (scipy 1.16: a value followed by a
+comment on its line, "4%c").
 """
 
 import os
-import re
 
 import numpy as np
-import scipy.io
 
 from cupy_csrattn.datasets.base import check_count, too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, graph_of_edges
@@ -51,11 +50,12 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     return_values : bool
         Also return the entries' values in the graph's edge order (None for ``pattern``).
     max_nodes : int, optional
-        Largest row or column count accepted from the size line of a coordinate file. By
-        default ``max(2**20, 16 * entries)``: the graph's node arrays then cost at most a few
-        times what its entries cost, and a 3-line file declaring ``10**12`` rows is an error
-        naming its size line instead of an attempt to allocate terabytes. Pass the matrix's
-        size (or more) to load a matrix with that many more rows or columns than entries.
+        Largest row or column count accepted from the size line. By default
+        ``max(2**20, 16 * entries)`` (a dense file: its values): the graph's node arrays then
+        cost at most a few times what its entries cost, and a 3-line file declaring ``10**12``
+        rows is an error naming its size line instead of an attempt to allocate terabytes.
+        Pass the matrix's size (or more) to load a matrix with that many more rows or columns
+        than entries.
 
     Returns
     -------
@@ -83,8 +83,7 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     fmt, field, symmetry = _header(path, raw)
     text = TextFile(path, raw, "%")
     if fmt == "array":
-        _check_dense_values(text, field, symmetry)
-        return _load_dense(path, transpose, add_self_loops, dtype, return_values)
+        return _load_dense(text, field, symmetry, transpose, add_self_loops, dtype, return_values, max_nodes)
     size_line, start, (num_rows, num_cols, num_entries) = _sizes(text, ("rows", "columns", "entries"))
     problem = too_many_nodes(max(num_rows, num_cols), num_entries, max_nodes)
     if problem:
@@ -166,24 +165,6 @@ def _sizes(text, names):
     return line, start, sizes
 
 
-def _check_dense_values(text, field, symmetry):
-    """ValueError naming the file and line when a dense file holds fewer values than its size line asks for."""
-    size_line, start, (num_rows, num_cols) = _sizes(text, ("rows", "columns"))
-    if symmetry == "general":
-        expected = num_rows * num_cols
-    elif symmetry == "skew-symmetric":
-        expected = num_rows * (num_rows - 1) // 2
-    else:
-        expected = num_rows * (num_rows + 1) // 2
-    # One value per line (two numbers for complex); comments and blank lines hold none.
-    found = len(re.sub(rb"%[^\n]*", b"", text.raw[start:]).split()) // (2 if field == "complex" else 1)
-    if found < expected:
-        raise ValueError(
-            f"{text.path}:{text.num_lines()}: the file ends after {found} of the {expected} values of the "
-            f"{num_rows} x {num_cols} {symmetry} matrix declared on line {size_line + 1}"
-        )
-
-
 def _both_triangles(row, col, values, symmetry):
     """The entries of a symmetric, skew-symmetric or Hermitian file with their mirror images
     (off the diagonal) appended, as scipy.io.mmread expands them."""
@@ -210,15 +191,43 @@ def _count_error(text, size_line, start, found, num_entries):
     )
 
 
-def _load_dense(path, transpose, add_loops, dtype, return_values):
-    """Dense ('array') Matrix Market files: the nonzero entries become the edges."""
-    try:
-        dense = np.asarray(scipy.io.mmread(path))
-    except Exception as error:
-        raise ValueError(f"{path}: cannot read the dense Matrix Market file: {error}") from None
-    if transpose:
-        dense = dense.T
-    dst, src = np.nonzero(dense)
-    values = dense[dst, src]
-    graph, values = graph_of_edges(src, dst, dense.shape[0], dense.shape[1], values, add_loops, dtype, path)
+def _load_dense(text, field, symmetry, transpose, add_loops, dtype, return_values, max_nodes):
+    """Dense ('array') files: values column by column (of a symmetric, skew-symmetric or
+    Hermitian matrix, its lower triangle, without the diagonal if skew), one a line (two for
+    complex); the nonzero entries become the edges, each row's in column order."""
+    size_line, start, (num_rows, num_cols) = _sizes(text, ("rows", "columns"))
+    kind = _FIELDS[field]
+    if kind is None:
+        raise text.error(0, "a pattern matrix must be in coordinate format, not array")
+    if symmetry != "general" and num_rows != num_cols:
+        raise text.error(size_line, f"a {symmetry} matrix must be square, got {num_rows} x {num_cols}")
+    skew = symmetry == "skew-symmetric"
+    expected = num_rows * num_cols if symmetry == "general" else num_rows * (num_rows + (-1 if skew else 1)) // 2
+    problem = too_many_nodes(max(num_rows, num_cols), expected, max_nodes)
+    if problem:  # only an empty matrix (0 x N) declares more nodes than values
+        raise text.error(size_line, f"the size line declares a {num_rows} x {num_cols} matrix: {problem}")
+    declared = f"values of the {num_rows} x {num_cols} {symmetry} matrix declared on line {size_line + 1}"
+    what = f"'value{' imaginary' if kind == 'complex' else ''}' for a {field} matrix"
+    table = text.table(start, size_line + 1, _VALUE_KINDS[kind], what)
+    if table.num_rows < expected:
+        raise ValueError(
+            f"{text.path}:{text.num_lines()}: the file ends after {table.num_rows} of the {expected} {declared}"
+        )
+    if table.num_rows > expected:
+        raise table.error(expected, f"more than the {expected} {declared}")
+    values = table.columns[0] + 1j * table.columns[1] if kind == "complex" else table.columns[0]
+    if symmetry == "general":
+        col, row = np.divmod(np.arange(expected, dtype=np.int64), max(num_rows, 1))
+    else:
+        # Column j holds rows j.. (j + 1.. if skew): the upper triangle's positions, row by row,
+        # with row and column exchanged.
+        col, row = np.triu_indices(num_rows, k=1 if skew else 0)
+    keep = values != 0
+    row, col, values = row[keep], col[keep], values[keep]
+    if symmetry != "general":
+        row, col, values = _both_triangles(row, col, values, symmetry)
+    dst, src, num_dst, num_src = (col, row, num_cols, num_rows) if transpose else (row, col, num_rows, num_cols)
+    order = np.lexsort((src, dst))  # row by row, each row's entries by column
+    dst, src, values = dst[order], src[order], values[order]
+    graph, values = graph_of_edges(src, dst, num_dst, num_src, values, add_loops, dtype, text.path)
     return as_result(graph, values, return_values)
