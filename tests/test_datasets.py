@@ -543,6 +543,31 @@ def test_npz_refuses_non_integer_index_arrays_and_counts(tmp_path):
     assert datasets.load_npz(path).shape == (4, 4)  # unsigned ids and a one-element count are fine
 
 
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        dict(format=np.array("coo"), shape=np.array([3, 3]), row=np.array([0, 1]), data=np.ones(2)),  # no col
+        dict(format=np.array("csr"), shape=np.array([3, 3]), data=np.ones(2)),  # no indices, indptr
+        dict(format=np.array(5), shape=np.array([3, 3])),  # a format that is not text
+        dict(
+            format=np.array("coo"),
+            shape=np.array([2, 2]),
+            row=np.array([0j, 1j]),
+            col=np.array([0, 1]),
+            data=np.ones(2),
+        ),  # complex indices
+    ],
+    ids=["coo-without-col", "csr-without-indices", "numeric-format", "complex-row"],
+)
+def test_npz_malformed_scipy_archive_is_a_value_error(tmp_path, arrays):
+    """An archive laid out like scipy.sparse.save_npz's but malformed: scipy's reader raised
+    KeyError or AttributeError from inside, or warned and dropped imaginary parts."""
+    path = tmp_path / "bad.npz"
+    np.savez(path, **arrays)
+    with npz_error(path, "not a valid scipy.sparse.save_npz file"):
+        datasets.load_npz(path)
+
+
 @pytest.mark.parametrize("key", ["data", "values"])
 @pytest.mark.parametrize("length", [1, 3, 5])
 def test_npz_refuses_data_of_the_wrong_length(tmp_path, key, length):

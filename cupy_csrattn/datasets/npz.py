@@ -1,6 +1,7 @@
 """load_npz: graphs in .npz files (scipy.sparse.save_npz, CSR arrays, or a PyG edge_index)."""
 
 import os
+import warnings
 
 import numpy as np
 import scipy.sparse
@@ -172,8 +173,21 @@ def _values(archive, keys, num_edges, index_key):
     return values
 
 
+_COMPLEX_WARNING = np.exceptions.ComplexWarning if hasattr(np, "exceptions") else np.ComplexWarning  # NumPy < 1.25
+
+
 def _graph_of_scipy_npz(path, transpose, max_nodes):
-    matrix = scipy.sparse.load_npz(path)
+    # scipy's reader trusts the archive: a malformed one raises KeyError or AttributeError, or
+    # warns that it drops imaginary parts, from inside it (a missing array, a 'format' that is
+    # not text, complex indices): each is a ValueError here.
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", _COMPLEX_WARNING)
+            matrix = scipy.sparse.load_npz(path)
+    except MemoryError:
+        raise
+    except Exception as error:
+        raise ValueError(f"not a valid scipy.sparse.save_npz file ({type(error).__name__}: {error})") from None
     # A dimension that the file holds an index pointer array for costs nothing more; the others
     # are only numbers in the file, and the graph may need an array that long.
     declared = {"csr": (1,), "bsr": (1,), "csc": (0,)}.get(matrix.format, (0, 1))
