@@ -249,6 +249,8 @@ def test_wrong_set_up_is_named(client):
     g = ca.CSRGraph(*_square())
     with pytest.raises(ValueError, match="npartitions must be an integer >= 1"):
         cad.PartitionedGraph.from_graph(g, client, 0)
+    with pytest.raises(ValueError, match="npartitions must be at most 4096 .* got 100000"):
+        cad.PartitionedGraph.from_graph(g, client, 100_000)  # was a set-up of 10**10 halo counts
     with pytest.raises(TypeError, match="client must be a distributed.Client"):
         cad.PartitionedGraph.from_graph(g, "tcp://127.0.0.1:8786")
     with pytest.raises(TypeError, match="graph must be a CSRGraph"):

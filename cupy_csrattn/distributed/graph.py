@@ -15,6 +15,9 @@ from cupy_csrattn.distributed import partition, tasks
 from cupy_csrattn.graph import CSRGraph
 
 DEFAULT_TIMEOUT = 300.0  # seconds a call (or the set-up) waits for its partitions
+# The set-up gathers a table of npartitions**2 halo counts and runs a few tasks per partition:
+# 4096 partitions take 134 MB of counts; a count meant for rows or edges would take terabytes.
+MAX_PARTITIONS = 4096
 
 
 def workers_of(client):
@@ -70,6 +73,11 @@ class PartitionedGraph:
             npartitions = len(workers)
         if isinstance(npartitions, bool) or not isinstance(npartitions, (int, np.integer)) or npartitions < 1:
             raise ValueError(f"npartitions must be an integer >= 1, got {npartitions!r}")
+        if npartitions > MAX_PARTITIONS:
+            raise ValueError(
+                f"npartitions must be at most {MAX_PARTITIONS} (partitions are blocks of rows for the "
+                f"workers, {len(workers)} here, not rows), got {npartitions}"
+            )
         timeout = check_timeout(timeout)
         graph = graph.to_cpu()
         npartitions = int(npartitions)
@@ -120,7 +128,8 @@ class PartitionedGraph:
     @classmethod
     def from_graph(cls, graph, client, npartitions=None, *, timeout=DEFAULT_TIMEOUT):
         """Partition a CSRGraph (a GPU graph is partitioned from its host copy) over the client's
-        workers: ``npartitions`` blocks (default: one per worker), assigned round robin."""
+        workers: ``npartitions`` blocks (default: one per worker; at most MAX_PARTITIONS),
+        assigned round robin."""
         return cls(graph, client, npartitions, timeout=timeout)
 
     @classmethod
