@@ -4,6 +4,7 @@ and destination-side or edge results exactly; source-side gradients, summed acro
 partitions, at the project's tolerance against the float64 reference), and the errors."""
 
 import contextlib
+import math
 import os
 import pathlib
 import subprocess
@@ -243,6 +244,28 @@ def test_wrong_arrays_are_named(partitioned):
         cad.edge_softmax(ca.CSRGraph(*_square()), pg.as_edge_array(scores))
     with pytest.raises(ValueError, match="timeout must be a positive number"):
         cad.edge_softmax(pg, pg.as_edge_array(scores), timeout=0)
+
+
+def test_chunking_helpers_name_wrong_arrays(partitioned):
+    pg = partitioned("wide", 2)  # bipartite: 5 rows, 41 sources
+    with pytest.raises(TypeError, match="x must be a NumPy, CuPy or dask array of one or more axes, got list"):
+        pg.as_node_array([[1.0]] * 5)
+    with pytest.raises(TypeError, match="got NoneType"):
+        pg.as_edge_array(None)
+    with pytest.raises(TypeError, match="got ndarray"):  # a 0-d array has no rows to chunk
+        pg.as_node_array(np.ones(()))
+    with pytest.raises(ValueError, match="x has 5 rows along axis 0, but the graph has 41 source nodes"):
+        pg.as_node_array(np.ones((5, 2)), "src")
+    with pytest.raises(ValueError, match=f"x has 4 rows along axis 0, but the graph has {pg.num_edges} edges"):
+        pg.as_edge_array(da.ones((4, 2)))
+    assert pg.as_node_array(np.ones((41, 2)), "src").chunks[0] == pg.src_chunks
+
+
+def test_an_infinite_timeout_waits_without_limit(partitioned):
+    pg = partitioned("square", 2)
+    scores = np.random.default_rng(0).standard_normal((pg.num_edges, 2))
+    got = cad.edge_softmax(pg, pg.as_edge_array(scores), timeout=math.inf).compute()
+    assert np.array_equal(got, cad.edge_softmax(pg, pg.as_edge_array(scores), timeout=None).compute())
 
 
 def test_wrong_set_up_is_named(client):

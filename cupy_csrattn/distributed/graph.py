@@ -7,6 +7,8 @@ local graph (with the plan and transpose the ops cache on it) stays on its worke
 halo list on its owner's worker, as Dask futures pinned there.
 """
 
+import math
+
 import dask.array as da
 import distributed
 import numpy as np
@@ -31,11 +33,12 @@ def workers_of(client):
 
 
 def check_timeout(timeout):
+    """Seconds to wait as a float, or None (no limit) for None and +inf."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
-    return float(timeout)
+    return None if math.isinf(timeout) else float(timeout)
 
 
 def _chunks(bounds):
@@ -167,6 +170,12 @@ class PartitionedGraph:
         return table[side]
 
     def _as_dask(self, x, side):
+        if not hasattr(x, "shape") or not hasattr(x, "dtype") or not len(x.shape):
+            raise TypeError(f"x must be a NumPy, CuPy or dask array of one or more axes, got {type(x).__name__}")
+        expected = sum(self.chunks_of(side))
+        if x.shape[0] != expected:
+            what = {"dst": "destination rows", "src": "source nodes", "edge": "edges"}[side]
+            raise ValueError(f"x has {x.shape[0]} rows along axis 0, but the graph has {expected} {what}")
         chunks = (self.chunks_of(side),) + tuple((n,) for n in x.shape[1:])
         if isinstance(x, da.Array):
             return x.rechunk(chunks)

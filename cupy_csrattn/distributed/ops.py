@@ -5,7 +5,7 @@ chunked along axis 0 by ``graph.row_chunks`` (destination-side node arrays),
 ``graph.src_chunks`` (source-side node arrays) or ``graph.edge_chunks`` (edge arrays), and
 the op's own keyword arguments, and returns its results chunked alike. Each call runs the
 single-device op once per partition on the partition's worker and waits for it: at most
-``timeout`` seconds (None: no limit), then TimeoutError naming the partitions still running.
+``timeout`` seconds (None or math.inf: no limit), then TimeoutError naming the partitions still running.
 The returned arrays are backed by results kept on the workers (futures), so feeding them to
 the next op moves nothing through the client. ``out=`` is not taken (dask arrays are not
 written in place); spmm's ``weights=None`` means all ones.
