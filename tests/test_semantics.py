@@ -364,6 +364,56 @@ def test_out_returned_and_filled(xp, case):
     check_outputs(xp, case, got, expected, args, kwargs)
 
 
+def _square_graph():
+    """num_src = num_dst, so that a node output may be a node input: a hub row, empty rows, a
+    duplicate edge."""
+    return from_rows([[0, 1, 2, 3, 4, 5, 6, 7, 8], [], [2, 2, 5], [0], [], [8, 7], [3], [1, 4, 6], []], num_src=9)
+
+
+def _overlapping(xp, x, shape, offset):
+    """(a copy of x, an array of ``shape``) as C-contiguous float32 views of one buffer, the
+    second starting ``offset`` elements after the first."""
+    buffer = xp.zeros(max(x.size, offset + math.prod(shape)) + offset, np.float32)
+    first = buffer[: x.size].reshape(x.shape)
+    first[...] = xp.asarray(x)
+    return first, buffer[offset : offset + math.prod(shape)].reshape(shape)
+
+
+@pytest.mark.parametrize("case", case_params(where=lambda c: c.out_index is not None))
+def test_out_sharing_memory_with_an_input(xp, case):
+    """out= an input itself, or a view overlapping one (one element on): the result of the call
+    with separate arrays. The kernels write each output row while others still read the inputs
+    (a node row of values is a neighbour of many rows), so such an out gets its result after."""
+    graph = _square_graph()
+    args, kwargs = case.make(np.random.default_rng(13), graph, 3, 5, np.float32)
+    expected = case.reference(graph, args, kwargs)
+    shape = expected[case.out_index].shape
+    floats = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype == np.float32]
+    assert floats
+    for i in floats:
+        for offset in (0, 1) if args[i].shape == shape else (1,):
+            shared, out = _overlapping(xp, args[i], shape, offset)
+            given = tuple(shared if j == i else a for j, a in enumerate(to_xp(xp, args)))
+            got = case.run(make_graph(xp, graph), given, dict(to_xp(xp, kwargs), out=out))
+            assert got[case.out_index] is out
+            check_outputs(xp, case, got, expected, args, kwargs)
+
+
+def test_an_out_sharing_memory_with_an_input_is_not_handed_to_the_backend():
+    """Placement gives the backend a fresh array for such an out= and copies the result in."""
+    from cupy_csrattn.graph import CSRGraph
+    from cupy_csrattn.ops.placement import Placement
+
+    graph = CSRGraph(*_square_graph())
+    values = np.arange(9 * 2, dtype=np.float32).reshape(9, 2)
+    place = Placement(graph, None, [values])
+    work, result = place.output("out", values, (9, 2), np.float32, (9, 2))
+    assert result is values and not np.may_share_memory(work, values)
+    separate = np.empty((9, 2), np.float32)
+    work, result = place.output("out", separate, (9, 2), np.float32, (9, 2))
+    assert result is separate and np.shares_memory(work, separate)  # no copy without a reason
+
+
 # ------------------------------------------------------------------ graph forms
 
 

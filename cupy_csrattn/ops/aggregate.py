@@ -108,5 +108,4 @@ def attention_aggregate_backward(graph, scores, values, grad_out, *, lse=None):
     grad_scores_c, grad_scores = place.output("grad_scores", None, scores.shape, dtype, scores_c.shape, edge=True)
     grad_values_c, grad_values = place.output("grad_values", None, values.shape, dtype, values_c.shape)
     place.run(attention_aggregate_backward.op, scores_c, values_c, grad_out_c, lse_c, grad_scores_c, grad_values_c)
-    place.finish()
     return grad_scores, grad_values

@@ -65,7 +65,6 @@ def run_backward(place, op, dtype, args, differentiated, edge_input=(None, None,
         grads.append(place.output(f"grad_{name}", None, x.shape, dtype, x_c.shape, edge=True))
         optional = {name: x_c, f"grad_{name}": grads[-1][0]}
     place.run(op, *args, *works, **optional)
-    place.finish()
     return tuple(result for _, result in grads)
 
 

@@ -17,6 +17,9 @@ class Placement:
     C-contiguous input in the computing dtype), and write into outputs they are handed. For a
     CSC/COO matrix given as the graph, ``edge_order`` maps graph edges to the matrix's
     stored entries: edge inputs are gathered into graph order and edge outputs scattered back.
+    An ``out=`` that shares memory with an input gets its result after the run: the kernels
+    write each output row while other rows still read the inputs (a node row of ``values`` is
+    a neighbour of many rows), so they compute into a fresh array, copied into ``out``.
     """
 
     def __init__(self, graph, edge_order, arrays):
@@ -26,22 +29,25 @@ class Placement:
         self.graph = graph.to_gpu() if self.on_gpu else graph
         self.xp = backend.array_module(self.on_gpu)
         self.edge_order = backend.to_device(edge_order, self.on_gpu)
-        self._scatter = []
+        self._inputs = [a for a in arrays if isinstance(a, self.xp.ndarray)]
+        self._scatter = []  # (work, result): edge outputs, scattered into the matrix's order
+        self._copies = []  # (work, out): results for an out= that shares memory with an input
 
     def run(self, op, *args, **optional):
         """Compute registered op ``op`` on this call's device: its backend function with the
         placed graph and ``args`` (canonical arrays, scalars, outputs), and the ``optional``
         keyword arguments that are not None (a call without them then suits a backend
-        function that does not take them)."""
+        function that does not take them); then the results go where ``output`` said."""
         given = {name: value for name, value in optional.items() if value is not None}
         if self.on_gpu:
             op.backend(True)(self.graph, *args, **given)
-            return
-        # IEEE arithmetic, as on the GPU: NaN and +-inf inputs give the NaN and +-inf results each
-        # op documents, not NumPy's floating-point warnings (or, under np.seterr(all="raise"),
-        # errors that the GPU path never raises).
-        with np.errstate(all="ignore"):
-            op.backend(False)(self.graph, *args, **given)
+        else:
+            # IEEE arithmetic, as on the GPU: NaN and +-inf inputs give the NaN and +-inf results
+            # each op documents, not NumPy's floating-point warnings (or, under
+            # np.seterr(all="raise"), errors that the GPU path never raises).
+            with np.errstate(all="ignore"):
+                op.backend(False)(self.graph, *args, **given)
+        self._finish()
 
     def node_input(self, x, dtype, per_node_scalar=False):
         """(N, H, F) view or copy of an (N, *S, F) node array; (N, H) of an (N, *S) one when
@@ -87,14 +93,23 @@ class Placement:
             self._scatter.append((work, result))
             return work, result
         if out is not None:
-            return out.reshape(canonical_shape), out
+            if not any(self.xp.may_share_memory(out, x) for x in self._inputs):
+                return out.reshape(canonical_shape), out
+            replay.other_work("out shares memory with an input")
+            work = self.xp.empty(canonical_shape, dtype)
+            self._copies.append((work, out))
+            return work, out
         result = self.xp.empty(shape, dtype)
         if self.on_gpu and replay.recording():
             replay.note_allocation(result)
         return result.reshape(canonical_shape), result
 
-    def finish(self):
-        """Scatter edge outputs back into the matrix's stored order."""
+    def _finish(self):
+        """Scatter edge outputs back into the matrix's stored order; copy the results of an out=
+        that shares memory with an input into it."""
         for work, result in self._scatter:
             result.reshape(work.shape)[self.edge_order] = work
+        for work, out in self._copies:
+            out.reshape(work.shape)[...] = work
         self._scatter.clear()
+        self._copies.clear()

@@ -63,7 +63,6 @@ def sddmm(graph, dst_feat, src_feat, *, op="dot", scale=1.0, out=None):
     shape = (g.num_edges, *heads)
     work, result = place.output("out", out, shape, dtype, (g.num_edges, dst_c.shape[1]), edge=True)
     place.run(sddmm.op, dst_c, src_c, op, scale, work)
-    place.finish()
     return result
 
 

@@ -64,7 +64,6 @@ def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
     canonical = place.edge_input(scores, dtype)
     work, result = place.output("out", out, scores.shape, dtype, canonical.shape, edge=True)
     place.run(edge_softmax.op, canonical, norm_by, work)
-    place.finish()
     if matrix is None:
         return result
     # The result owns its structure: an in-place method on it (sort_indices, ...) must not reach graph.
@@ -116,5 +115,4 @@ def edge_softmax_backward(graph, probs, grad_probs, *, out=None, norm_by="dst"):
     grad_c = place.edge_input(grad_probs, dtype)
     work, result = place.output("out", out, probs.shape, dtype, probs_c.shape, edge=True)
     place.run(edge_softmax_backward.op, probs_c, grad_c, norm_by, work)
-    place.finish()
     return result

@@ -135,5 +135,4 @@ def spmm_backward(graph, weights, values, grad_out):
         )
     grad_values_c, grad_values = place.output("grad_values", None, values.shape, dtype, values_c.shape)
     place.run(spmm_backward.op, weights_c, values_c, grad_out_c, grad_weights_c, grad_values_c)
-    place.finish()
     return grad_weights, grad_values
