@@ -145,11 +145,16 @@ def _launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, ext
 LAUNCHES = []  # the kernels launched through the stand-in cuLaunchKernel
 
 
+def _may_share_memory(a, b):
+    """cupy.may_share_memory of two FakeArrays (contiguous: their byte ranges overlap)."""
+    return a.data.ptr < b.data.ptr + b.nbytes and b.data.ptr < a.data.ptr + a.nbytes
+
+
 @pytest.fixture
 def public(monkeypatch):
     runtime = SimpleNamespace(getDevice=lambda: 0)
     cuda = SimpleNamespace(runtime=runtime, get_current_stream=FakeStream, alloc=lambda n: FakeMemory(_allocate(n)))
-    fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=cuda)
+    fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=cuda, may_share_memory=_may_share_memory)
     monkeypatch.setattr(backend, "cupy", fake_cupy)
     monkeypatch.setattr(replay, "_driver_api", SimpleNamespace(ctxGetCurrent=lambda: 1, launchKernel=_launch_kernel))
     monkeypatch.setattr(cuda_graph, "driver", lambda: None)  # kernel by kernel unless a test sets a driver
@@ -219,6 +224,21 @@ def test_the_same_array_twice_takes_the_full_path(public):
     for _ in range(3):
         public(graph, x, out=x)
     assert len(FULL_CALLS) == 3 and "replay records" not in graph.cache
+
+
+def test_an_out_overlapping_an_input_is_neither_recorded_nor_replayed(public):
+    """Recorded with separate arrays, a call of the same description whose out= overlaps x
+    takes the full path (which computes such an out apart), every time."""
+    graph = FakeGraph()
+    for seed in range(3):
+        public(graph, _x(seed), out=FakeArray((6,), np.float32))
+    assert len(FULL_CALLS) == 2  # the third replayed
+    block = FakeArray((12,), np.float32)
+    block.values[:] = np.arange(12)
+    x, out = FakeArray((6,), np.float32, memptr=block.data), FakeArray((6,), np.float32, memptr=block.data + 16)
+    for _ in range(3):
+        public(graph, x, out=out)
+    assert len(FULL_CALLS) == 5
 
 
 def scaled_minus_table(graph, x, *, scale=2.0, out=None):

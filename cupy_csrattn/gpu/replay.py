@@ -16,8 +16,9 @@ which later calls only read) and only when all of its GPU work went through
 kernels.launch and its allocations through kernels.scratch / Placement.output: a call that
 converts an input (another dtype, a non-contiguous layout), gathers a matrix's edges into
 graph order or computes with CuPy array operations reports that (``other_work``) and keeps
-the full path. Calls with a NumPy array, an array of size 0, two arguments sharing memory or
-an argument of any other kind are never recorded. The graph holds the records: they die
+the full path. Calls with a NumPy array, an array of size 0, two arguments starting at one
+address, an out= overlapping another argument or an argument of any other kind are never
+recorded (nor replayed). The graph holds the records: they die
 with it, and a graph's arrays must not change after it is built (the CSRGraph contract).
 """
 
@@ -140,6 +141,11 @@ def _describe(function, args, kwargs):
         else:
             return None, None, None
     if not arrays:  # a call with no CuPy array does not run on the GPU
+        return None, None, None
+    # An out= that overlaps an input is computed apart and copied in (ops/placement.py), work
+    # that a record of separate arrays with this description would not do.
+    out = kwargs.get("out")
+    if type(out) is ndarray and any(a is not out and cupy.may_share_memory(out, a) for a in arrays):
         return None, None, None
     return (function, tuple(kwargs), cupy.cuda.runtime.getDevice(), *parts), arrays, addresses
 
