@@ -196,7 +196,9 @@ class Replay:
     def __init__(self, collected, arrays, result):
         cupy = backend.cupy
         self._writes = []  # per kernel: (slot values, [(position, source, index, offset)])
-        self._launches = []  # per kernel: the cuLaunchKernel arguments before the stream, its kernelParams
+        # per kernel: the cuLaunchKernel arguments before the stream, its kernelParams, and the
+        # argument slots that kernelParams points into (held here: no graph may hold them)
+        self._launches = []
         self._graph_arrays = []  # keeps the arrays whose addresses the slots hold alive
         graph_launches = []
         for kernel, grid, block, args, stage in collected.launches:
