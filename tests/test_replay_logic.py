@@ -145,16 +145,11 @@ def _launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, ext
 LAUNCHES = []  # the kernels launched through the stand-in cuLaunchKernel
 
 
-def _may_share_memory(a, b):
-    """cupy.may_share_memory of two FakeArrays (contiguous: their byte ranges overlap)."""
-    return a.data.ptr < b.data.ptr + b.nbytes and b.data.ptr < a.data.ptr + a.nbytes
-
-
 @pytest.fixture
 def public(monkeypatch):
     runtime = SimpleNamespace(getDevice=lambda: 0)
     cuda = SimpleNamespace(runtime=runtime, get_current_stream=FakeStream, alloc=lambda n: FakeMemory(_allocate(n)))
-    fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=cuda, may_share_memory=_may_share_memory)
+    fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=cuda)
     monkeypatch.setattr(backend, "cupy", fake_cupy)
     monkeypatch.setattr(replay, "_driver_api", SimpleNamespace(ctxGetCurrent=lambda: 1, launchKernel=_launch_kernel))
     monkeypatch.setattr(cuda_graph, "driver", lambda: None)  # kernel by kernel unless a test sets a driver

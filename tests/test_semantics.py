@@ -414,6 +414,33 @@ def test_an_out_sharing_memory_with_an_input_is_not_handed_to_the_backend():
     assert result is separate and np.shares_memory(work, separate)  # no copy without a reason
 
 
+def test_may_share_memory_compares_byte_bounds():
+    """backend.may_share_memory on arrays known by address (as CuPy's are): bounds from shape and
+    strides, whatever allocation holds them; empty arrays share nothing."""
+    from types import SimpleNamespace
+
+    from cupy_csrattn.backend import may_share_memory
+
+    def at(address, shape, strides, itemsize=4):
+        return SimpleNamespace(
+            data=SimpleNamespace(ptr=address),
+            shape=shape,
+            strides=strides,
+            size=math.prod(shape),
+            dtype=np.dtype(f"f{itemsize}"),
+        )
+
+    a = at(1000, (4, 2), (8, 4))  # bytes [1000, 1032)
+    assert may_share_memory(a, at(1028, (1,), (4,)))
+    assert not may_share_memory(a, at(1032, (3,), (4,)))
+    assert not may_share_memory(at(968, (8,), (4,)), a)
+    assert may_share_memory(a, at(1040, (4,), (-4,)))  # reversed: bytes [1028, 1044)
+    assert may_share_memory(at(1004, (2,), (100,)), a)  # strided: [1004, 1108)
+    assert not may_share_memory(a, at(1008, (0, 2), (8, 4)))  # empty
+    buffer = np.arange(10.0)
+    assert may_share_memory(buffer[:5], buffer[4:]) and not may_share_memory(buffer[:5], buffer[5:])
+
+
 # ------------------------------------------------------------------ graph forms
 
 

@@ -145,7 +145,7 @@ def _describe(function, args, kwargs):
     # An out= that overlaps an input is computed apart and copied in (ops/placement.py), work
     # that a record of separate arrays with this description would not do.
     out = kwargs.get("out")
-    if type(out) is ndarray and any(a is not out and cupy.may_share_memory(out, a) for a in arrays):
+    if type(out) is ndarray and any(a is not out and backend.may_share_memory(out, a) for a in arrays):
         return None, None, None
     return (function, tuple(kwargs), cupy.cuda.runtime.getDevice(), *parts), arrays, addresses
 

@@ -93,7 +93,7 @@ class Placement:
             self._scatter.append((work, result))
             return work, result
         if out is not None:
-            if not any(self.xp.may_share_memory(out, x) for x in self._inputs):
+            if not any(backend.may_share_memory(out, x) for x in self._inputs):
                 return out.reshape(canonical_shape), out
             replay.other_work("out shares memory with an input")
             work = self.xp.empty(canonical_shape, dtype)
