@@ -142,9 +142,7 @@ def _describe(function, args, kwargs):
             return None, None, None
     if not arrays:  # a call with no CuPy array does not run on the GPU
         return None, None, None
-    # An out= that overlaps an input is computed apart and copied in (ops/placement.py), work
-    # that a record of separate arrays with this description would not do.
-    out = kwargs.get("out")
+    out = kwargs.get("out")  # one overlapping an input is computed apart (ops/placement.py)
     if type(out) is ndarray and any(a is not out and backend.may_share_memory(out, a) for a in arrays):
         return None, None, None
     return (function, tuple(kwargs), cupy.cuda.runtime.getDevice(), *parts), arrays, addresses
@@ -196,8 +194,7 @@ class Replay:
     def __init__(self, collected, arrays, result):
         cupy = backend.cupy
         self._writes = []  # per kernel: (slot values, [(position, source, index, offset)])
-        # per kernel: the cuLaunchKernel arguments before the stream, its kernelParams, and the
-        # argument slots that kernelParams points into (held here: no graph may hold them)
+        # per kernel: the cuLaunchKernel arguments before the stream, its kernelParams, the slots keeping them alive
         self._launches = []
         self._graph_arrays = []  # keeps the arrays whose addresses the slots hold alive
         graph_launches = []
