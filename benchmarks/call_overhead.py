@@ -8,8 +8,11 @@ timed until its last call returns) beside the host time of a bare launch timed j
 it (a machine's host speed drifts within a run), time per call back to back (calls issued back to back,
 one sync at the end: the host's cost or the GPU's, whichever is larger), synced time per
 call (median of calls each followed by a sync), the number of kernel launches a call makes,
-and the same three times for one call captured in a CUDA graph and launched. --profile
-prints where the host time of each case goes (cProfile, top functions by own time).
+and the same three times for one call captured in a CUDA graph and launched. Beside the float32
+edge_softmax, attention_aggregate and spmm cases, the host time of the simplest kernels' call
+(cupy_csrattn.bench.simple_kernels: an output allocated, a RawKernel launched with its
+arguments), the first design anyone writes. --profile prints where the host time of each case
+goes (cProfile, top functions by own time).
 """
 
 import cProfile
@@ -27,6 +30,7 @@ from compare_trees import cases
 import cupy_csrattn
 import cupy_csrattn.datasets
 from cupy_csrattn.bench import timing
+from cupy_csrattn.bench.simple_kernels import SimpleKernels
 from cupy_csrattn.gpu import kernels, replay
 
 BACK_TO_BACK, SYNCED = 2000, 200
@@ -91,6 +95,21 @@ def launches_per_call(fn):
     return count[0]
 
 
+def simple_call(simple, name, num_edges, num_src):
+    """The simple kernel's call matching case ``name`` ("edge_softmax H=8 float32",
+    "attention_aggregate H=1 F=64 float32", ...), or None for the other cases."""
+    op, *shape, dtype = name.split()
+    if dtype != "float32" or op not in ("edge_softmax", "attention_aggregate", "spmm"):
+        return None
+    sizes = dict(part.split("=") for part in shape)
+    H, F = int(sizes["H"]), int(sizes.get("F", 1))
+    scores = cupy.random.standard_normal((num_edges, H), dtype=np.float32)
+    if op == "edge_softmax":
+        return partial(simple.softmax, scores)
+    values = cupy.random.standard_normal((num_src, H, F), dtype=np.float32)
+    return partial(simple.aggregate if op == "attention_aggregate" else simple.spmm, scores, values)
+
+
 def main(out_path=None, profile=False):
     g = cupy_csrattn.datasets.uniform_graph(384, 18, seed=1)
     graph = cupy_csrattn.CSRGraph(cupy.asarray(g.indptr), cupy.asarray(g.indices), g.num_src)
@@ -104,12 +123,18 @@ def main(out_path=None, profile=False):
     records = dict(
         bare_host_us=bare_host * 1e6, bare_back_to_back_us=bare_back * 1e6, bare_synced_us=bare_synced * 1e6, cases=[]
     )
+    simple = SimpleKernels(g)
     for name, make in cases(np.random.default_rng(0), graph.num_edges, graph.num_dst, graph.num_src):
         call = partial(make(), package=cupy_csrattn, graph=graph)
         call()  # plan, transpose, compilation
         # The bare launch again, beside the case: a machine's host speed drifts within a run.
         case_bare = host_time(bare)
         host, back, synced, count = host_time(call), back_to_back_time(call), synced_time(call), launches_per_call(call)
+        baseline = simple_call(simple, name, graph.num_edges, graph.num_src)
+        simple_host = None
+        if baseline is not None:
+            baseline()  # compilation
+            simple_host = host_time(baseline)
         graph_launch = captured(call)
         graph_host, graph_back, graph_synced = (
             host_time(graph_launch),
@@ -127,13 +152,15 @@ def main(out_path=None, profile=False):
                 cuda_graph_host_us=graph_host * 1e6,
                 cuda_graph_back_to_back_us=graph_back * 1e6,
                 cuda_graph_synced_us=graph_synced * 1e6,
+                simple_kernel_host_us=None if simple_host is None else simple_host * 1e6,
             )
         )
+        beside_simple = "" if simple_host is None else f"  simple kernel's call: host {simple_host * 1e6:6.2f} us"
         print(
             f"{name:<42} host {host * 1e6:6.2f} us ({host / case_bare:4.2f}x the bare launch timed before it,"
             f" {case_bare * 1e6:5.2f} us)  back to back {back * 1e6:6.2f} us"
             f"  synced {synced * 1e6:6.2f} us  launches {count}  CUDA graph: host {graph_host * 1e6:6.2f} us,"
-            f" back to back {graph_back * 1e6:6.2f} us, synced {graph_synced * 1e6:6.2f} us",
+            f" back to back {graph_back * 1e6:6.2f} us, synced {graph_synced * 1e6:6.2f} us{beside_simple}",
             flush=True,
         )
         if profile:
