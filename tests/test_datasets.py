@@ -325,9 +325,9 @@ def test_mtx_array_format_every_field_and_symmetry(tmp_path, field, symmetry, tr
 
 
 def test_mtx_array_format_with_comments_after_values(tmp_path):
-    """A value followed by a comment on its line ("4%c") is the value: scipy 1.16's reader
-    crashed the process on such a file."""
-    path = write(tmp_path / "c.mtx", "%%MatrixMarket matrix array real general\n2 2\n1\n0\n3%x\n4%%MatrixMarket\n")
+    """A value followed by a comment on its line is the value. scipy 1.17's reader crashed the
+    process on the last line here ("4%%MatrixMarket", no line end)."""
+    path = write(tmp_path / "c.mtx", "%%MatrixMarket matrix array real general\n2 2\n1\n0\n3%x\n4%%MatrixMarket")
     graph, values = datasets.load_mtx(path, return_values=True)
     assert np.array_equal(dense(graph, values), [[1, 3], [0, 4]])
 

@@ -4,8 +4,8 @@ Files are read by :mod:`cupy_csrattn.datasets.text` (numpy.loadtxt, and a line s
 names a malformed line), not by scipy.io.mmread: scipy's reader accepts entries that this
 loader reports as errors ("2 2 1x" and "2 2 1,5" read as 1, "1.5" in an integer file as 1,
 extra columns and non-square symmetric matrices accepted), its messages do not name the
-file, and some malformed dense ("array") files crash it (scipy 1.16: a value followed by a
-comment on its line, "4%c").
+file, and some malformed dense ("array") files crash it (scipy 1.17: one that ends with a value
+followed by "%%MatrixMarket" and no line end).
 """
 
 import os
