@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse
+from helpers import HYP
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cupy_csrattn as ca
 from cupy_csrattn import datasets
@@ -361,6 +364,43 @@ def test_mtx_malformed_names_file_and_line(tmp_path, text, line, message):
     path = write(tmp_path / "bad.mtx", text)
     with pytest.raises(ValueError, match=re.escape(f"{path}:{line}:") + ".*" + re.escape(message)):
         datasets.load_mtx(path)
+
+
+_WELL_FORMED = {
+    "mtx": [
+        b"%%MatrixMarket matrix coordinate real general\n% c\n4 5 6\n1 1 1.0\n2 3 2.5\n3 5 -1\n4 4 .5\n4 1 3\n1 2 7\n",
+        b"%%MatrixMarket matrix coordinate pattern symmetric\n4 4 3\n2 1\n3 1\n4 2\n",
+        b"%%MatrixMarket matrix array complex hermitian\n2 2\n1 0\n2 -1\n3 0\n",
+        b"%%MatrixMarket matrix array integer general\n2 2\n1\n0\n3\n4\n",
+    ],
+    "txt": [b"# src dst\n0 1\n1 2\n2 0\n3 1\n", b"1,2,0.5\n2,3,1.5\n"],
+}
+_TOKENS = [b" ", b"\n", b"-1", b"0", b"1e400", b"nan", b"inf", b"99999999999999999999", b"%", b"%%MatrixMarket",
+           b"x", b"\t", b",", b"\x00", b"\xff", b"1.5", b"4611686018427387904", b"pattern", b"array", b"#"]  # fmt: skip
+
+
+@settings(HYP, max_examples=300)
+@given(data=st.data())
+def test_mangled_files_load_or_raise_value_errors(tmp_path_factory, data):
+    """A well-formed file with bytes deleted, inserted or replaced (numbers out of range,
+    comment markers, header words, NUL) loads, or raises ValueError or TypeError: never
+    another exception, never a crash (scipy's dense reader crashed on one such file)."""
+    ext = data.draw(st.sampled_from(sorted(_WELL_FORMED)))
+    raw = bytearray(data.draw(st.sampled_from(_WELL_FORMED[ext])))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(raw)))
+        edit = data.draw(st.sampled_from(["delete", "insert", "replace"]))
+        token = data.draw(st.sampled_from(_TOKENS))
+        raw[at : at + (data.draw(st.integers(1, 5)) if edit == "delete" else edit == "replace")] = (
+            b"" if edit == "delete" else token
+        )
+    path = tmp_path_factory.mktemp("mangled") / f"f.{ext}"
+    path.write_bytes(bytes(raw))
+    kwargs = data.draw(st.sampled_from([{}, {"transpose": True, "add_self_loops": True}, {"return_values": True}]))
+    try:
+        datasets.load(path, **kwargs)
+    except (ValueError, TypeError):
+        pass
 
 
 def test_missing_files(tmp_path):
