@@ -93,18 +93,16 @@ def uses_gpu(graph_device, arrays):
     return graph_device == "gpu" or any(is_cupy_array(a) for a in arrays)
 
 
-def _byte_bounds(x, address):
-    """[first, last) bytes of array x whose element 0 is at ``address`` (empty: first == last)."""
-    if x.size == 0:
-        return address, address
-    first = last = 0
+def _byte_bounds(x):
+    """[first, last) bytes of a non-empty CuPy array x."""
+    first = last = x.data.ptr
     for n, stride in zip(x.shape, x.strides):
         step = (n - 1) * stride
         if step > 0:
             last += step
         else:
             first += step
-    return address + first, address + last + x.dtype.itemsize
+    return first, last + x.dtype.itemsize
 
 
 def may_share_memory(a, b):
@@ -113,9 +111,11 @@ def may_share_memory(a, b):
     calls arrays of two allocations apart, which two imports of one foreign buffer are)."""
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return np.may_share_memory(a, b)
-    a_first, a_last = _byte_bounds(a, a.data.ptr)
-    b_first, b_last = _byte_bounds(b, b.data.ptr)
-    return a_first < b_last and b_first < a_last and a_first < a_last and b_first < b_last
+    if a.size == 0 or b.size == 0:
+        return False
+    a_first, a_last = _byte_bounds(a)
+    b_first, b_last = _byte_bounds(b)
+    return a_first < b_last and b_first < a_last
 
 
 def array_module(on_gpu):

@@ -39,14 +39,15 @@ class Placement:
         keyword arguments that are not None (a call without them then suits a backend
         function that does not take them); then the results go where ``output`` said."""
         given = {name: value for name, value in optional.items() if value is not None}
+        compute = op.backend(self.on_gpu)
         if self.on_gpu:
-            op.backend(True)(self.graph, *args, **given)
+            compute(self.graph, *args, **given)
         else:
             # IEEE arithmetic, as on the GPU: NaN and +-inf inputs give the NaN and +-inf results
             # each op documents, not NumPy's floating-point warnings (or, under
             # np.seterr(all="raise"), errors that the GPU path never raises).
             with np.errstate(all="ignore"):
-                op.backend(False)(self.graph, *args, **given)
+                compute(self.graph, *args, **given)
         self._finish()
 
     def node_input(self, x, dtype, per_node_scalar=False):
