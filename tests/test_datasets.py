@@ -409,6 +409,47 @@ def test_missing_files(tmp_path):
             loader(tmp_path / "nope.mtx")
 
 
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"transpose": 1}, TypeError, "transpose must be True or False, got int"),
+        ({"add_self_loops": "yes"}, TypeError, "add_self_loops must be True or False, got str"),
+        ({"return_values": None}, TypeError, "return_values must be True or False, got NoneType"),
+        ({"dtype": "no such type"}, TypeError, "dtype must be a NumPy dtype, got 'no such type'"),
+        ({"dtype": str}, ValueError, "dtype must be a bool, integer, float or complex dtype, got <U0"),
+        ({"dtype": "datetime64[s]"}, ValueError, "dtype must be a bool, .* got datetime64"),
+        ({"dtype": object}, ValueError, "dtype must be a bool, .* got object"),
+        ({"max_nodes": 2.5}, TypeError, "max_nodes must be an integer"),
+    ],
+    ids=[
+        "transpose",
+        "add_self_loops",
+        "return_values",
+        "dtype-name",
+        "dtype-str",
+        "dtype-datetime",
+        "dtype-object",
+        "max_nodes",
+    ],
+)
+@pytest.mark.parametrize("loader", ["load_mtx", "load_npz", "load_edge_list", "load"])
+def test_loader_options_checked_before_the_file(tmp_path, loader, kwargs, error, message):
+    """A bad option is named before the file is read: the same error for a file that does not exist."""
+    with pytest.raises(error, match=message):
+        getattr(datasets, loader)(tmp_path / "nope.mtx", **kwargs)
+
+
+def test_flags_of_edge_lists_and_self_loops_are_bools(tmp_path):
+    path = write(tmp_path / "e.txt", "1 2\n2 1\n")
+    with pytest.raises(TypeError, match="one_based must be True or False, got int"):
+        datasets.load_edge_list(path, one_based=1)
+    assert datasets.load_edge_list(path, one_based=np.True_, transpose=np.False_).shape == (2, 2)
+    graph = ca.CSRGraph(np.array([0, 1, 2]), np.array([1, 0]), 2)
+    with pytest.raises(TypeError, match="skip_existing must be True or False, got str"):
+        datasets.add_self_loops(graph, skip_existing="no")
+    assert datasets.add_self_loops(graph, skip_existing=np.False_).num_edges == 4
+
+
 # ---------------------------------------------------------------------------------------
 # .npz
 

@@ -683,6 +683,31 @@ def test_out_integer_dtype(xp):
     _raises(xp, TypeError, r"\bout\b", "edge_softmax", _r(E), out=xp.zeros(E, dtype=np.int64))
 
 
+# ------------------------------------------------------------------ return_lse
+
+FORWARDS_WITH_LSE = {
+    "attention_aggregate": lambda: (_r(E, H), _r(N_SRC, H, F)),
+    "graph_attention": lambda: (_r(N_DST, H, D), _r(N_SRC, H, D), _r(N_SRC, H, F)),
+    "gat_attention": lambda: (_r(N_DST, H), _r(N_SRC, H), _r(N_SRC, H, F)),
+    "gatv2_attention": lambda: (_r(N_DST, H, D), _r(N_SRC, H, D), _r(H, D)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(FORWARDS_WITH_LSE))
+@pytest.mark.parametrize("value", [1, 0, "no", None, [], np.array(True)], ids=repr)
+def test_return_lse_not_a_bool(xp, op, value):
+    """A truthy or falsy stand-in would decide between one result and a pair: a TypeError."""
+    _raises(xp, TypeError, "return_lse must be True or False", op, *FORWARDS_WITH_LSE[op](), return_lse=value)
+
+
+@pytest.mark.parametrize("op", sorted(FORWARDS_WITH_LSE))
+def test_return_lse_takes_numpy_bools(xp, op):
+    args = to_xp(xp, FORWARDS_WITH_LSE[op]())
+    out, lse = getattr(ca, op)(make_graph(xp, GRAPH), *args, return_lse=np.True_)
+    assert out.shape[0] == lse.shape[0] == N_DST
+    assert not isinstance(getattr(ca, op)(make_graph(xp, GRAPH), *args, return_lse=np.False_), tuple)
+
+
 # ------------------------------------------------------------------ nothing else happens
 
 

@@ -2,8 +2,9 @@
 
 import numpy as np
 
+from cupy_csrattn import _validate
 from cupy_csrattn.datasets.base import check_count, too_many_nodes
-from cupy_csrattn.datasets.loading import as_result, finish, graph_of_edges
+from cupy_csrattn.datasets.loading import as_result, check_options, finish, graph_of_edges
 from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, check_markers, read_bytes
 from cupy_csrattn.graph import CSRGraph
 
@@ -86,14 +87,16 @@ def load_edge_list(
     Blank lines and comment lines are skipped; columns after the third are ignored (KONECT
     timestamps, for example).
     """
+    transpose, add_self_loops, return_values, dtype, max_nodes = check_options(
+        transpose, add_self_loops, return_values, dtype, max_nodes
+    )
+    one_based = _validate.flag("one_based", one_based)
     comments = check_markers("comments", comments, sequence=True)
     separators = [b","] if delimiter is None else check_markers("delimiter", delimiter, sequence=False)
     if num_nodes is not None:
         num_nodes = check_count("num_nodes", num_nodes)
         if num_nodes > MAX_NODE_ID:
             raise ValueError(f"num_nodes must be <= 2**62 (what 64-bit indices can address), got {num_nodes}")
-    if max_nodes is not None:
-        max_nodes = check_count("max_nodes", max_nodes)
     text = TextFile(path, read_bytes(path), comments, separators)
     first_line = next(text.data_lines(), None)
     if first_line is None:

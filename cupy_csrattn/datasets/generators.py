@@ -4,7 +4,7 @@ import warnings
 
 import numpy as np
 
-from cupy_csrattn import backend
+from cupy_csrattn import _validate, backend
 from cupy_csrattn.datasets.base import check_count, check_real, csr_from_edges, index_dtype
 from cupy_csrattn.graph import CSRGraph
 
@@ -234,6 +234,7 @@ def add_self_loops(graph, values=None, *, fill_value=1.0, skip_existing=True):
     """
     if not isinstance(graph, CSRGraph):
         raise TypeError(f"graph must be a CSRGraph, got {type(graph).__name__}")
+    skip_existing = _validate.flag("skip_existing", skip_existing)
     if graph.num_dst != graph.num_src:
         raise ValueError(f"add_self_loops needs a square graph, got shape {graph.shape}")
     on_gpu = graph.device == "gpu"

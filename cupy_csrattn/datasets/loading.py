@@ -1,7 +1,30 @@
-"""What every loader does last: edges to a graph, the values' dtype, self-loops, the result."""
+"""What every loader shares: its options checked first, and what it does last (edges to a
+graph, the values' dtype, self-loops, the result)."""
 
-from cupy_csrattn.datasets.base import csr_from_edges
+import numpy as np
+
+from cupy_csrattn import _validate
+from cupy_csrattn.datasets.base import check_count, csr_from_edges
 from cupy_csrattn.datasets.generators import add_self_loops
+
+
+def check_options(transpose, add_loops, return_values, dtype, max_nodes):
+    """The options every loader takes, checked before the file is read: the flags as bools,
+    ``dtype`` as a NumPy dtype of numbers (bool, integer, float or complex) or None,
+    ``max_nodes`` as an int or None; TypeError or ValueError naming the argument."""
+    transpose = _validate.flag("transpose", transpose)
+    add_loops = _validate.flag("add_self_loops", add_loops)
+    return_values = _validate.flag("return_values", return_values)
+    if dtype is not None:
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"dtype must be a NumPy dtype, got {dtype!r}") from None
+        if dtype.kind not in "biufc":
+            raise ValueError(f"dtype must be a bool, integer, float or complex dtype, got {dtype}")
+    if max_nodes is not None:
+        max_nodes = check_count("max_nodes", max_nodes)
+    return transpose, add_loops, return_values, dtype, max_nodes
 
 
 def graph_of_edges(src, dst, num_dst, num_src, values, add_loops, dtype, path):

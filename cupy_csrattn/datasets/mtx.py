@@ -12,8 +12,8 @@ import os
 
 import numpy as np
 
-from cupy_csrattn.datasets.base import check_count, too_many_nodes
-from cupy_csrattn.datasets.loading import as_result, graph_of_edges
+from cupy_csrattn.datasets.base import too_many_nodes
+from cupy_csrattn.datasets.loading import as_result, check_options, graph_of_edges
 from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, read_bytes
 
 _FIELDS = {
@@ -76,9 +76,10 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         entry with the wrong number of columns, a non-integer or out-of-range index, a value
         that is not a number, or more or fewer entries than the size line declares.
     """
+    transpose, add_self_loops, return_values, dtype, max_nodes = check_options(
+        transpose, add_self_loops, return_values, dtype, max_nodes
+    )
     path = os.fspath(path)
-    if max_nodes is not None:
-        max_nodes = check_count("max_nodes", max_nodes)
     raw = read_bytes(path)
     fmt, field, symmetry = _header(path, raw)
     text = TextFile(path, raw, "%")

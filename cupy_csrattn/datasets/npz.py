@@ -6,8 +6,8 @@ import warnings
 import numpy as np
 import scipy.sparse
 
-from cupy_csrattn.datasets.base import check_count, csr_from_edges, too_many_nodes
-from cupy_csrattn.datasets.loading import as_result, finish
+from cupy_csrattn.datasets.base import csr_from_edges, too_many_nodes
+from cupy_csrattn.datasets.loading import as_result, check_options, finish
 from cupy_csrattn.datasets.text import MAX_NODE_ID
 from cupy_csrattn.graph import CSRGraph
 
@@ -62,9 +62,10 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         above, or holds an invalid structure: a non-integer index array or count, ``data``
         of another length than the edges, a node count above ``max_nodes``.
     """
+    transpose, add_self_loops, return_values, dtype, max_nodes = check_options(
+        transpose, add_self_loops, return_values, dtype, max_nodes
+    )
     path = os.fspath(path)
-    if max_nodes is not None:
-        max_nodes = check_count("max_nodes", max_nodes)
     if not os.path.exists(path):
         raise FileNotFoundError(2, "No such file", path)
     try:
