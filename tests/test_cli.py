@@ -268,6 +268,38 @@ def test_check_compiles_every_specialization_through_nvrtc(capsys, monkeypatch, 
     assert len(calls) == len(set(calls))
 
 
+class FakeNvrtc:
+    """What kernels.check_arch asks of NVRTC."""
+
+    @staticmethod
+    def getSupportedArchs():
+        return (75, 80, 90, 100)
+
+    @staticmethod
+    def getVersion():
+        return (12, 9)
+
+
+@pytest.mark.parametrize("arch", ["sm_1", "sm_91", "90", "compute_90", "sm_90b", "SM_90", ""])
+def test_check_refuses_an_arch_nvrtc_does_not_compile_for(capsys, monkeypatch, arch):
+    """A usage error (exit 2) naming --arch and what NVRTC supports, before any work."""
+    monkeypatch.setattr(kernels, "_nvrtc", lambda: FakeNvrtc)
+    monkeypatch.setattr(kernels, "compile_for_arch", fake_compile()[0])
+    checked = []
+    monkeypatch.setattr(opcheck, "check_ops", lambda *args: checked.append(args) or ({}, []))
+    status, out, err = run_main(capsys, "check", "--cpu", "--quick", "--arch", arch)
+    assert status == 2 and out == "" and not checked
+    assert f"--arch: arch must be one of sm_75, sm_80, sm_90, sm_100 (what NVRTC 12.9 compiles for), got {arch!r}" in err
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100f"])
+def test_check_arch_takes_supported_architectures(monkeypatch, arch):
+    monkeypatch.setattr(kernels, "_nvrtc", lambda: FakeNvrtc)
+    kernels.check_arch(arch)
+    with pytest.raises(ValueError, match="arch must be one of"):
+        kernels.check_arch(90)
+
+
 def test_check_reports_compile_failures(capsys, monkeypatch):
     monkeypatch.setattr(kernels, "nvrtc_version", lambda: (12, 9))
     monkeypatch.setattr(opcheck, "check_ops", lambda *args: ({}, []))

@@ -4,7 +4,8 @@ import argparse
 
 from cupy_csrattn import backend
 from cupy_csrattn.cli import kernelcheck, opcheck
-from cupy_csrattn.cli.common import nonnegative_int, progress_wanted
+from cupy_csrattn.cli.common import PROG, UsageError, nonnegative_int, progress_wanted
+from cupy_csrattn.gpu import kernels
 
 
 def add_parser(commands):
@@ -58,6 +59,8 @@ def cmd_check(args):
         else:
             compile_check = kernelcheck.compile_on_device(args.quick, progress_enabled)
     else:
+        if not args.no_compile:
+            _check_arch(args.arch)
         print(
             f"No usable GPU ({reason}): the CPU backend is used. Checking that the kernels compile "
             f"through NVRTC for {args.arch}, then the CPU backend against a naive float64 reference."
@@ -77,6 +80,17 @@ def cmd_check(args):
         return 1
     print("\n" + final_line(summary, usable, compile_check))
     return 0
+
+
+def _check_arch(arch):
+    """A usage error for an --arch that NVRTC does not compile for (found before any work is
+    done); without NVRTC the compile step says why it is skipped instead."""
+    try:
+        kernels.check_arch(arch)
+    except ValueError as error:
+        raise UsageError(f"{PROG} check: error: --arch: {error}") from None
+    except RuntimeError:
+        pass
 
 
 def final_line(summary, on_gpu, compile_check):

@@ -230,6 +230,7 @@ def compile_for_arch(family, dtype, index_dtype, arch, extra_options=()):
     NVRTC cannot be loaded.
     """
     nvrtc = _nvrtc()
+    check_arch(arch)
     program = nvrtc.createProgram(source(family, dtype, index_dtype), f"{family}.cu", [], [])
     options = [f"-arch={arch}", *COMPILE_OPTIONS, *extra_options]
     try:
@@ -241,6 +242,18 @@ def compile_for_arch(family, dtype, index_dtype, arch, extra_options=()):
         ) from None
     finally:
         nvrtc.destroyProgram(program)
+
+
+def check_arch(arch):
+    """ValueError unless ``arch`` is an architecture NVRTC compiles machine code for:
+    ``"sm_"``, a number that NVRTC supports, and optionally ``"a"`` or ``"f"`` (``"sm_90a"``).
+    RuntimeError when NVRTC cannot be loaded."""
+    supported = tuple(_nvrtc().getSupportedArchs())
+    match = re.fullmatch(r"sm_(\d+)[af]?", arch) if isinstance(arch, str) else None
+    if match is None or int(match[1]) not in supported:
+        version = ".".join(str(v) for v in nvrtc_version())
+        names = ", ".join(f"sm_{n}" for n in supported)
+        raise ValueError(f"arch must be one of {names} (what NVRTC {version} compiles for), got {arch!r}")
 
 
 def nvrtc_version():
