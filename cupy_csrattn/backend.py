@@ -35,12 +35,16 @@ _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
 def as_array(name, x):
     """x as a NumPy or CuPy array, without a copy where the data allow.
 
-    NumPy and CuPy arrays pass as they are. Objects on a CUDA device (exposing
-    __cuda_array_interface__, or __dlpack__ with a CUDA __dlpack_device__: PyTorch, JAX,
-    Numba arrays) become CuPy views of the same memory; other __dlpack__ objects become
-    NumPy views; anything else goes through np.asarray.
+    NumPy and CuPy arrays pass as they are, except NumPy arrays of the other byte order (a
+    FITS file's or a big-endian machine's data), which become native copies: the kernels, the
+    dtype checks and a copy to the GPU (CuPy copies the bytes as they are) all read native
+    values. Objects on a CUDA device (exposing __cuda_array_interface__, or __dlpack__ with a
+    CUDA __dlpack_device__: PyTorch, JAX, Numba arrays) become CuPy views of the same memory;
+    other __dlpack__ objects become NumPy views; anything else goes through np.asarray.
     """
-    if isinstance(x, np.ndarray) or is_cupy_array(x):
+    if isinstance(x, np.ndarray):
+        return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
+    if is_cupy_array(x):
         return x
     on_cuda = hasattr(x, "__cuda_array_interface__") or (
         hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] in _DLPACK_CUDA_DEVICES
@@ -50,9 +54,10 @@ def as_array(name, x):
             raise TypeError(f"{name} lives on a CUDA device, which needs CuPy; it is not installed")
         return cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
     try:
-        return np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+        array = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
     except Exception as error:
         raise TypeError(f"{name} must be an array, got {type(x).__name__}") from error
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
 def first_line(error):

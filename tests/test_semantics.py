@@ -352,6 +352,25 @@ def test_non_contiguous_inputs(xp, case):
     check_outputs(xp, case, got, case.reference(graph, args, kwargs), args, kwargs)
 
 
+def _other_byte_order(a):
+    return a.astype(a.dtype.newbyteorder("S")) if isinstance(a, np.ndarray) else a
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_numpy_inputs_of_the_other_byte_order(xp, case):
+    """NumPy arrays of the other byte order (a FITS file's, a big-endian machine's) are read
+    as their values, the graph's indices too: on the GPU as well, where a copy of their
+    bytes as they are would read other numbers (and indices out of bounds)."""
+    graph = named_graph("odd_sizes")
+    args, kwargs = case.make(np.random.default_rng(12), graph, 3, 4, np.float64)
+    swapped = tuple(_other_byte_order(a) for a in args)
+    kw = {k: _other_byte_order(v) for k, v in kwargs.items()}
+    g = ca.CSRGraph(_other_byte_order(graph.indptr), _other_byte_order(graph.indices), graph.num_src)
+    assert g.indptr.dtype.isnative and g.indices.dtype.isnative
+    got = case.run(g if is_numpy(xp) else g.to_gpu(), swapped, kw)
+    check_outputs(xp, case, got, case.reference(graph, args, kwargs), args, kwargs)
+
+
 @pytest.mark.parametrize("case", case_params(where=lambda c: c.out_index is not None))
 def test_out_returned_and_filled(xp, case):
     """out= pre-filled with NaN: every element must be written, and out itself returned."""
