@@ -383,3 +383,17 @@ def test_a_lost_worker_is_named():
         with pytest.raises(RuntimeError, match=r"partition 1 of 2 .* lost its data .* build the PartitionedGraph"):
             cad.edge_softmax(pg, scores, timeout=30)
         assert time.perf_counter() - start < 20
+
+
+def test_nccl_exchange_without_nccl_is_named(client):
+    """On workers without CuPy's NCCL, set-up of the NCCL exchange says so instead of hanging."""
+    from cupy_csrattn.distributed import peers
+
+    try:
+        peers._nccl()
+    except RuntimeError:
+        pass
+    else:
+        pytest.skip("NCCL is usable here")
+    with pytest.raises(RuntimeError, match="the NCCL exchange needs"):
+        cad.PartitionedGraph.from_graph(ca.CSRGraph(*_square()), client, 2, exchange="nccl", timeout=60)

@@ -1,7 +1,9 @@
 """One distributed op call: check the arrays, gather halos, run per partition, return halo gradients.
 
 Every move goes through Dask's own task graph (``client.submit`` pinned to workers), so the
-same code runs with NumPy chunks on a CPU cluster and with CuPy chunks on GPU workers.
+same code runs with NumPy chunks on a CPU cluster and with CuPy chunks on GPU workers; a graph
+made with ``exchange="nccl"`` moves the halos of CuPy chunks through NCCL instead (peers.py),
+the rest of a call unchanged.
 
 Forward: for each source-side argument, owner p slices the rows partition q reads
 (``take_rows`` on p's worker, with the halo list kept there) and q concatenates
@@ -9,6 +11,8 @@ Forward: for each source-side argument, owner p slices the rows partition q read
 source-side gradient comes out of q's call for ``[own | halo by owner]``; each halo piece
 goes to its owner, which adds the pieces of partitions 0, 1, ... in that order.
 """
+
+import contextlib
 
 import dask.array as da
 import numpy as np
@@ -100,26 +104,38 @@ def call(pg, function, inputs, kwargs, sides, timeout):
         raise TypeError(f"graph must be a PartitionedGraph, got {type(pg).__name__}")
     timeout = check_timeout(timeout)
     inputs = [(name, None if x is None else check_array(pg, name, x, side), side, kw) for name, x, side, kw in inputs]
-    keywords = [name if keyword else None for name, _, _, keyword in inputs]
     shapes = _probe(function, inputs, kwargs)
+    like = next(x for _, x, side, _ in inputs if x is not None and side != "param")
+    through_peers = pg.peers is not None and pg.peers.carries(like._meta)
+    with pg.peers.lock if through_peers else contextlib.nullcontext():
+        results = _run(pg, function, inputs, kwargs, sides, shapes, through_peers, timeout)
+    arrays = tuple(None if r is None else _assemble(pg, like, *r) for r in results)
+    return arrays if len(arrays) > 1 else arrays[0]
+
+
+def _run(pg, function, inputs, kwargs, sides, shapes, through_peers, timeout):
+    """(side, (dtype, shape), futures by partition) of each result (None where there is none),
+    once every partition's work is done. One exchange through NCCL at a time per graph: its
+    ranks pair sends and receives in the order they are issued."""
     client, workers, parts = pg.client, pg.workers, range(pg.npartitions)
+    keywords = [name if keyword else None for name, _, _, keyword in inputs]
     blocks = _blocks(pg, inputs)
+    sources = [i for i, (_, x, side, _) in enumerate(inputs) if x is not None and side == "src"]
+    exchanges = []  # the NCCL exchange tasks, waited for with the results
+    if through_peers:
+        exchanged, by_worker = pg.peers.halos(pg, [blocks[i] for i in sources])
+        halos = dict(zip(sources, exchanged))
+        exchanges += by_worker.items()
+    else:
+        halos = {i: _halos(pg, blocks[i]) for i in sources}
     locals_ = []
     for q in parts:
         arguments = []
-        for (_, x, side, _), chunks in zip(inputs, blocks):
+        for i, ((_, x, side, _), chunks) in enumerate(zip(inputs, blocks)):
             if x is None or side == "param":
                 arguments.append(x)
-                continue
-            if side != "src":
-                arguments.append(chunks[q])
-                continue
-            halo = [
-                client.submit(tasks.take_rows, chunks[p], pg.halo_lists[q, p], workers=[workers[p]], pure=False)
-                for p in parts
-                if pg.halo_rows[q, p]
-            ]
-            arguments.append([chunks[q]] + halo)
+            else:
+                arguments.append([chunks[q]] + halos[i][q] if side == "src" else chunks[q])
         cut = [[int(n) for n in pg.halo_rows[q]] if side == "src" else None for side in sides]
         locals_.append(
             client.submit(
@@ -134,29 +150,46 @@ def call(pg, function, inputs, kwargs, sides, timeout):
                 pure=False,
             )
         )
-    outputs, waiting = [], {q: [] for q in parts}
-    position = 0
+    positions, position = [], 0  # where each result starts in a partition's flat results
     for side, shape in zip(sides, shapes):
-        if shape is None:
-            outputs.append(None)
-            position += 1
-            continue
-        pieces = [client.submit(tasks.item, locals_[q], position, workers=[workers[q]], pure=False) for q in parts]
-        if side == "src":
-            pieces = [_reduce(pg, locals_, own, position, p) for p, own in zip(parts, pieces)]
-            position += 1 + pg.npartitions
-        else:
-            position += 1
-        for q in parts:
-            waiting[q].append(pieces[q])
-        if side == "sum":  # on the first worker, partitions added in order: the same sum every run
-            pieces = client.submit(tasks.add_in_order, pieces, workers=[workers[0]], pure=False)
-            waiting[0].append(pieces)
-        outputs.append((side, shape, pieces))
+        positions.append(position)
+        position += 1 + pg.npartitions if shape is not None and side == "src" else 1
+    pieces = {
+        k: [client.submit(tasks.item, locals_[q], positions[k], workers=[workers[q]], pure=False) for q in parts]
+        for k, shape in enumerate(shapes)
+        if shape is not None
+    }
+    gradients = [k for k in pieces if sides[k] == "src"]
+    if through_peers and gradients:
+        summed, by_worker = pg.peers.reduced(pg, locals_, [(pieces[k], positions[k]) for k in gradients])
+        pieces.update(zip(gradients, summed))
+        exchanges += by_worker.items()
+    else:
+        for k in gradients:
+            pieces[k] = [_reduce(pg, locals_, pieces[k][p], positions[k], p) for p in parts]
+    waiting = {q: [pieces[k][q] for k in pieces] for q in parts}
+    for worker, future in exchanges:
+        waiting[workers.index(worker)].append(future)
+    for k in pieces:
+        if sides[k] == "sum":  # on the first worker, partitions added in order: the same sum every run
+            pieces[k] = client.submit(tasks.add_in_order, pieces[k], workers=[workers[0]], pure=False)
+            waiting[0].append(pieces[k])
     wait_for(client, waiting, timeout, pg, f"{function.__name__} on {pg!r}")
-    like = next(x for _, x, side, _ in inputs if x is not None and side != "param")
-    arrays = tuple(None if o is None else _assemble(pg, like, *o) for o in outputs)
-    return arrays if len(arrays) > 1 else arrays[0]
+    return [(sides[k], shapes[k], pieces[k]) if k in pieces else None for k in range(len(shapes))]
+
+
+def _halos(pg, chunks):
+    """{reader q: futures of the halo rows it reads from each owner, in owner order} of one
+    source-side array, each owner slicing them (Dask moves them to the reader)."""
+    client, parts = pg.client, range(pg.npartitions)
+    return {
+        q: [
+            client.submit(tasks.take_rows, chunks[p], pg.halo_lists[q, p], workers=[pg.workers[p]], pure=False)
+            for p in parts
+            if pg.halo_rows[q, p]
+        ]
+        for q in parts
+    }
 
 
 def _reduce(pg, locals_, own, position, p):

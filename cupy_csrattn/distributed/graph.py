@@ -13,13 +13,16 @@ import dask.array as da
 import distributed
 import numpy as np
 
-from cupy_csrattn.distributed import partition, tasks
+from cupy_csrattn.distributed import partition, peers, tasks
 from cupy_csrattn.graph import CSRGraph
 
 DEFAULT_TIMEOUT = 300.0  # seconds a call (or the set-up) waits for its partitions
 # The set-up gathers a table of npartitions**2 halo counts and runs a few tasks per partition:
 # 4096 partitions take 134 MB of counts; a count meant for rows or edges would take terabytes.
 MAX_PARTITIONS = 4096
+# How halo rows and their gradients move between workers: Dask's tasks (any chunks, any
+# cluster), or NCCL sends between the workers' GPUs for CuPy chunks (one rank per worker).
+EXCHANGES = ("tasks", "nccl")
 
 
 def workers_of(client):
@@ -54,6 +57,13 @@ class PartitionedGraph:
     square graph), edge arrays by ``edge_chunks`` (the graph's CSR edge order); other axes
     are one chunk. ``as_node_array`` and ``as_edge_array`` chunk an array so.
 
+    ``exchange="tasks"`` (the default) moves halo rows and halo gradients through Dask's own
+    tasks: any chunks, any cluster. ``exchange="nccl"`` makes one NCCL communicator over the
+    workers at set-up (each worker a rank on its own GPU, as dask_cuda's LocalCUDACluster
+    gives) and moves them for CuPy chunks with NCCL sends, one task per worker and call
+    (NumPy chunks still take the tasks); ``close()`` destroys the communicators. A rank that
+    fails leaves its peers waiting in NCCL: the call's timeout names the partitions.
+
     Attributes
     ----------
     client : distributed.Client
@@ -66,11 +76,14 @@ class PartitionedGraph:
         partition q reads from owner p
     local_graphs : list of Futures of each partition's local CSRGraph, on its worker
     halo_lists : dict {(q, p): Future}, the rows of p's block that q reads, on p's worker
+    peers : peers.Peers or None, the NCCL ranks and transfers of ``exchange="nccl"``
     """
 
-    def __init__(self, graph, client, npartitions=None, *, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, graph, client, npartitions=None, *, exchange="tasks", timeout=DEFAULT_TIMEOUT):
         if not isinstance(graph, CSRGraph):
             raise TypeError(f"graph must be a CSRGraph, got {type(graph).__name__}")
+        if exchange not in EXCHANGES:
+            raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
         workers = workers_of(client)
         if npartitions is None:
             npartitions = len(workers)
@@ -95,7 +108,18 @@ class PartitionedGraph:
         else:
             self.src_bounds = self.bounds
         self.edge_bounds = np.asarray(graph.indptr, dtype=np.int64)[self.bounds]
+        self.peers = None
         self._set_up(graph, timeout)
+        if exchange == "nccl":
+            self.peers = peers.Peers(self.workers, self.halo_rows)
+            self.peers.connect(client, timeout, self, wait_for)
+
+    def close(self):
+        """Destroy the NCCL communicators of an ``exchange="nccl"`` graph (nothing otherwise);
+        the graph then exchanges halos through Dask's tasks."""
+        if self.peers is not None:
+            self.peers.close(self.client)
+            self.peers = None
 
     def _set_up(self, graph, timeout):
         client, built = self.client, []
@@ -129,18 +153,18 @@ class PartitionedGraph:
         )
 
     @classmethod
-    def from_graph(cls, graph, client, npartitions=None, *, timeout=DEFAULT_TIMEOUT):
+    def from_graph(cls, graph, client, npartitions=None, *, exchange="tasks", timeout=DEFAULT_TIMEOUT):
         """Partition a CSRGraph (a GPU graph is partitioned from its host copy) over the client's
         workers: ``npartitions`` blocks (default: one per worker; at most MAX_PARTITIONS),
-        assigned round robin."""
-        return cls(graph, client, npartitions, timeout=timeout)
+        assigned round robin. ``exchange``: "tasks" or "nccl" (see the class)."""
+        return cls(graph, client, npartitions, exchange=exchange, timeout=timeout)
 
     @classmethod
-    def from_scipy(cls, matrix, client, npartitions=None, *, timeout=DEFAULT_TIMEOUT):
+    def from_scipy(cls, matrix, client, npartitions=None, *, exchange="tasks", timeout=DEFAULT_TIMEOUT):
         """Partition a scipy.sparse (or cupyx) matrix of shape (num_dst, num_src), as
         ``CSRGraph.from_scipy``: edge arrays then follow a CSR matrix's stored order (for CSC
         and COO, the graph's CSR order, see CSRGraph.from_scipy)."""
-        return cls(CSRGraph.from_scipy(matrix), client, npartitions, timeout=timeout)
+        return cls(CSRGraph.from_scipy(matrix), client, npartitions, exchange=exchange, timeout=timeout)
 
     # -- chunking ------------------------------------------------------------------------
     @property
