@@ -1,9 +1,11 @@
 """Both fused attention ops, forward and backward, on a graph partitioned over Dask workers.
 
-By default it starts a local CPU cluster (``--workers`` processes) and uses NumPy chunks; with
-``--scheduler ADDRESS`` it runs on an existing cluster instead, for instance one worker per
-GPU started by ``dask-cuda-worker`` or ``dask_cuda.LocalCUDACluster``, and with ``--gpu`` its
-chunks are CuPy arrays. Every result is checked against the single-process call on the whole
+By default it starts a local CPU cluster (``--workers`` processes) and uses NumPy chunks;
+``--gpus N`` starts one worker per GPU instead (cupy_csrattn.distributed.gpu_cluster) with CuPy
+chunks; with ``--scheduler ADDRESS`` it runs on an existing cluster, for instance one worker
+per GPU started by ``dask-cuda-worker``, and with ``--gpu`` its chunks are CuPy arrays.
+``--exchange nccl`` moves halos between the GPU workers through NCCL. Every result is checked
+against the single-process call on the whole
 graph (forward exactly, source-side gradients to float32 rounding); it prints the timings.
 Needs the distributed extra: ``python3 -m pip install ".[distributed]"``.
 """
@@ -35,6 +37,10 @@ def parse_args(argv=None):
     parser.add_argument("--partitions", type=int_at_least(1), default=None, help="partitions (default: one per worker)")
     parser.add_argument("--scheduler", default=None, help="address of an existing cluster's scheduler (default: local)")
     parser.add_argument("--gpu", action="store_true", help="CuPy chunks (the workers need GPUs)")
+    parser.add_argument("--gpus", type=int_at_least(1), default=None, help="a local cluster of one worker per GPU")
+    parser.add_argument(
+        "--exchange", choices=("tasks", "nccl"), default="tasks", help="how halos move (default: tasks)"
+    )
     return parser.parse_args(argv)
 
 
@@ -49,7 +55,7 @@ def run(client, args):
     n, H, F = args.nodes, args.heads, args.features
     A = scipy.sparse.random_array((n, n), density=min(1.0, args.degree / n), format="csr", rng=1)
     start = time.perf_counter()
-    pg = cad.PartitionedGraph.from_scipy(A, client, args.partitions)
+    pg = cad.PartitionedGraph.from_scipy(A, client, args.partitions, exchange=args.exchange)
     print(f"{pg}: set-up {time.perf_counter() - start:.2f} s, rows per partition {pg.row_chunks}")
     arrays = {
         "q": rng.standard_normal((n, H, F), dtype=np.float32),
@@ -59,7 +65,7 @@ def run(client, args):
         "a_src": rng.standard_normal((n, H), dtype=np.float32),
         "grad_out": rng.standard_normal((n, H, F), dtype=np.float32),
     }
-    if args.gpu:
+    if args.gpu or args.gpus:
         import cupy  # the workers and this process need it for CuPy chunks
 
         arrays = {name: cupy.asarray(x) for name, x in arrays.items()}
@@ -103,6 +109,9 @@ def main(argv=None):
         return 2
     if args.scheduler:
         with distributed.Client(args.scheduler) as client:
+            return run(client, args)
+    if args.gpus:
+        with cad.gpu_cluster(args.gpus) as cluster, distributed.Client(cluster) as client:
             return run(client, args)
     with (
         distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0") as cluster,
