@@ -50,6 +50,9 @@ class NcclLink:
         backend.cupy.cuda.get_current_stream().synchronize()
 
     def send(self, array, peer):
+        """Send ``array``'s bytes (a contiguous copy where it is a strided view: NCCL reads one
+        run of memory; the copy is freed on this stream, after the send in stream order)."""
+        array = backend.cupy.ascontiguousarray(array)
         stream = backend.cupy.cuda.get_current_stream().ptr
         self._communicator.send(array.data.ptr, array.nbytes, self._nccl.NCCL_UINT8, peer, stream)
 
