@@ -70,18 +70,22 @@ def client():
         yield client
 
 
-@pytest.fixture(scope="module")
-def partitioned(client):
-    """(graph name, npartitions) -> PartitionedGraph, built once per module."""
+def partition_cache(client, **options):
+    """(graph name, npartitions) -> PartitionedGraph with ``options``, each built once."""
     built = {}
 
     def get(name, parts):
         if (name, parts) not in built:
             g = GRAPHS[name]()
-            built[name, parts] = cad.PartitionedGraph.from_graph(ca.CSRGraph(*g), client, parts)
+            built[name, parts] = cad.PartitionedGraph.from_graph(ca.CSRGraph(*g), client, parts, **options)
         return built[name, parts]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def partitioned(client):
+    return partition_cache(client)
 
 
 def _dask_args(pg, op, args, kwargs):

@@ -10,7 +10,7 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from helpers import require_cupy  # noqa: E402
-from test_distributed import DISTRIBUTED_CASES, GRAPHS, F, _dask_args  # noqa: E402
+from test_distributed import DISTRIBUTED_CASES, GRAPHS, F, _dask_args, partition_cache  # noqa: E402
 
 import cupy_csrattn as ca  # noqa: E402
 import cupy_csrattn.distributed as cad  # noqa: E402
@@ -30,15 +30,9 @@ def client():
 
 @pytest.fixture(scope="module")
 def partitioned(client):
-    built = {}
-
-    def get(name, parts, exchange):
-        if (name, parts, exchange) not in built:
-            graph = ca.CSRGraph(*GRAPHS[name]())
-            built[name, parts, exchange] = cad.PartitionedGraph.from_graph(graph, client, parts, exchange=exchange)
-        return built[name, parts, exchange]
-
-    return get
+    """(graph name, npartitions, exchange) -> PartitionedGraph, each built once."""
+    by_exchange = {exchange: partition_cache(client, exchange=exchange) for exchange in cad.EXCHANGES}
+    return lambda name, parts, exchange: by_exchange[exchange](name, parts)
 
 
 def test_workers_see_different_gpus(client):

@@ -17,7 +17,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from test_distributed import DISTRIBUTED_CASES, GRAPHS, _check_case  # noqa: E402
+from test_distributed import DISTRIBUTED_CASES, GRAPHS, _check_case, partition_cache  # noqa: E402
 
 import cupy_csrattn as ca  # noqa: E402
 import cupy_csrattn.distributed as cad  # noqa: E402
@@ -86,15 +86,7 @@ def client():
 
 @pytest.fixture(scope="module")
 def partitioned(client):
-    built = {}
-
-    def get(name, parts):
-        if (name, parts) not in built:
-            graph = ca.CSRGraph(*GRAPHS[name]())
-            built[name, parts] = cad.PartitionedGraph.from_graph(graph, client, parts, exchange="nccl")
-        return built[name, parts]
-
-    return get
+    return partition_cache(client, exchange="nccl")
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3])
@@ -126,9 +118,8 @@ def test_transfers_pair_up_in_one_order():
             for other, peer in table.ranks.items():
                 if other == worker:
                     continue
-                sends = [t[2:4] for t in transfers[worker] if t[0] == "send" and t[1] == peer]
-                receives = [t[2:4] for t in transfers[other] if t[0] == "recv" and t[1] == rank]
-                sends = [(p, q) for q, p in sends] if not backward else sends  # forward sends name (owner, reader)
+                sends = [t[2:] for t in transfers[worker] if t[0] == "send" and t[1] == peer]
+                receives = [t[2:] for t in transfers[other] if t[0] == "recv" and t[1] == rank]
                 assert sends == receives and sends, (backward, worker)
         copies = [t for t in transfers["a"] if t[0] == "copy"]
         assert len(copies) == 2  # (reader 0, owner 2) and (reader 2, owner 0), both on worker a

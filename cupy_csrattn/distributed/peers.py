@@ -15,6 +15,7 @@ rank. ``Peers`` is the client's side: the ranks and each rank's transfers, in th
 """
 
 import contextlib
+import functools
 import threading
 import uuid
 
@@ -105,33 +106,49 @@ def _empty_like_rows(like, rows):
     return xp.empty((rows, *like.shape[1:]), like.dtype)
 
 
+def _swap(link, transfers, outgoing, like):
+    """Issue one array's transfers, in their order: send or copy ``outgoing(reader, owner)``,
+    receive into new rows shaped like ``like``'s. Returns ({(reader, owner): what arrived or
+    was copied}, the arrays sent: to be held until the group is issued)."""
+    arrived, sent = {}, []
+    for kind, peer, reader, owner, rows in transfers:
+        if kind == "recv":
+            arrived[reader, owner] = _empty_like_rows(like, rows)
+            link.recv(arrived[reader, owner], peer)
+            continue
+        payload = outgoing(reader, owner)
+        if kind == "send":
+            sent.append(payload)
+            link.send(payload, peer)
+        else:
+            arrived[reader, owner] = payload
+    return arrived, sent
+
+
+def _halo_rows(blocks, lists, reader, owner):
+    return tasks.take_rows(blocks[owner], lists[reader, owner])
+
+
+def _piece(pieces, reader, owner):
+    return pieces[reader, owner]
+
+
 def exchange_halo(token, rank, transfers, blocks, lists):
     """This rank's part of a forward halo exchange, for each source-side array of a call.
 
-    transfers: in (reader, owner) order, ``("send", peer, owner, reader)`` (this rank owns the
-    rows), ``("recv", peer, reader, owner, rows)`` (this rank reads them) or
-    ``("copy", owner, reader)`` (both partitions here). blocks: per array, {owner partition:
-    its block} of the partitions on this worker; lists: {(reader, owner): the owner's rows
-    that the reader reads} for the owners here. The arrays go one after the other, each in
-    the transfers' order. Returns {(array, reader, owner): halo rows} for the readers here.
+    transfers: ``(kind, peer, reader, owner, rows)`` in (reader, owner) order, kind "send"
+    (this rank owns the rows), "recv" (this rank reads them) or "copy" (both partitions
+    here). blocks: per array, {owner partition: its block} of the partitions on this worker;
+    lists: {(reader, owner): the owner's rows that the reader reads} for the owners here. The
+    arrays go one after the other. Returns {(array, reader, owner): halo rows} for the readers here.
     """
     link, received, sent = LINKS[token, rank], {}, []
     with link.group():
         for index, array_blocks in enumerate(blocks):
             like = next(iter(array_blocks.values()))
-            for transfer in transfers:
-                if transfer[0] == "send":
-                    _, peer, owner, reader = transfer
-                    rows = tasks.take_rows(array_blocks[owner], lists[reader, owner])
-                    sent.append(rows)  # held until the group is issued
-                    link.send(rows, peer)
-                elif transfer[0] == "recv":
-                    _, peer, reader, owner, count = transfer
-                    received[index, reader, owner] = _empty_like_rows(like, count)
-                    link.recv(received[index, reader, owner], peer)
-                else:
-                    _, owner, reader = transfer
-                    received[index, reader, owner] = tasks.take_rows(array_blocks[owner], lists[reader, owner])
+            arrived, outgoing = _swap(link, transfers, functools.partial(_halo_rows, array_blocks, lists), like)
+            received.update(((index, *pair), rows) for pair, rows in arrived.items())
+            sent += outgoing
     return received
 
 
@@ -140,34 +157,22 @@ def exchange_gradients(token, rank, transfers, pieces, owns, lists):
     reader's halo gradient to its owner, and each owner's gradient summed with the pieces of
     readers 0, 1, ... in that order.
 
-    transfers: in (reader, owner) order, ``("send", peer, reader, owner)``,
-    ``("recv", peer, reader, owner, rows)`` or ``("copy", reader, owner)``. Per gradient,
-    pieces: {(reader, owner): the reader's gradient of the owner's halo rows} for the readers
-    here, owns: {owner: its own partition's gradient} for the owners here; lists as in
-    exchange_halo. Returns {(gradient, owner): its sum}.
+    transfers: as in exchange_halo, from reader to owner. Per gradient, pieces: {(reader,
+    owner): the reader's gradient of the owner's halo rows} for the readers here; owns:
+    {owner: its own partition's gradient} for the owners here; lists as in exchange_halo.
+    Returns {(gradient, owner): its sum}.
     """
-    link, arrived = LINKS[token, rank], {}
+    link, arrivals = LINKS[token, rank], []
     with link.group():
-        for index, (gradient_pieces, gradient_owns) in enumerate(zip(pieces, owns)):
+        for gradient_pieces, gradient_owns in zip(pieces, owns):
             like = next(iter(gradient_owns.values()))
-            for transfer in transfers:
-                if transfer[0] == "send":
-                    _, peer, reader, owner = transfer
-                    link.send(gradient_pieces[reader, owner], peer)
-                elif transfer[0] == "recv":
-                    _, peer, reader, owner, count = transfer
-                    arrived[index, reader, owner] = _empty_like_rows(like, count)
-                    link.recv(arrived[index, reader, owner], peer)
-                else:
-                    _, reader, owner = transfer
-                    arrived[index, reader, owner] = gradient_pieces[reader, owner]
+            arrivals.append(_swap(link, transfers, functools.partial(_piece, gradient_pieces), like)[0])
     totals = {}
-    for index, gradient_owns in enumerate(owns):
+    for index, (arrived, gradient_owns) in enumerate(zip(arrivals, owns)):
         for owner, own in gradient_owns.items():
-            readers = sorted(reader for i, reader, o in arrived if i == index and o == owner)
+            readers = sorted(reader for reader, o in arrived if o == owner)
             needs = [lists[reader, owner] for reader in readers]
-            pieces_in_order = [arrived[index, reader, owner] for reader in readers]
-            totals[index, owner] = tasks.add_halo_gradients(own, needs, pieces_in_order)
+            totals[index, owner] = tasks.add_halo_gradients(own, needs, [arrived[r, owner] for r in readers])
     return totals
 
 
@@ -192,12 +197,13 @@ class Peers:
         for q, p in pairs:
             reader, owner = self._workers[q], self._workers[p]
             source, target = (reader, owner) if backward else (owner, reader)
+            rows = int(halo_rows[q, p])
             if reader == owner == worker:
-                transfers.append(("copy", q, p) if backward else ("copy", p, q))
+                transfers.append(("copy", self.ranks[worker], q, p, rows))
             elif source == worker:
-                transfers.append(("send", self.ranks[target], q, p) if backward else ("send", self.ranks[target], p, q))
+                transfers.append(("send", self.ranks[target], q, p, rows))
             elif target == worker:
-                transfers.append(("recv", self.ranks[source], q, p, int(halo_rows[q, p])))
+                transfers.append(("recv", self.ranks[source], q, p, rows))
         return transfers
 
     def transfers(self, backward=False):
