@@ -18,6 +18,7 @@ import contextlib
 import functools
 import threading
 import uuid
+import warnings
 
 from cupy_csrattn import backend
 from cupy_csrattn.distributed import tasks
@@ -71,13 +72,19 @@ class NcclLink:
 
 
 def _nccl():
-    """CuPy's NCCL binding; RuntimeError where this worker has no CuPy or CuPy no NCCL."""
-    try:
-        from cupy.cuda import nccl  # here, not at the top: only the NCCL exchange needs it
-    except ImportError:
-        raise RuntimeError("the NCCL exchange needs CuPy on every worker; it is not installed here") from None
+    """CuPy's NCCL binding; RuntimeError where this worker has no CuPy or CuPy no NCCL (with
+    CuPy's reason, which it would otherwise give as a warning)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            from cupy.cuda import nccl  # here, not at the top: only the NCCL exchange needs it
+        except ImportError:
+            raise RuntimeError("the NCCL exchange needs CuPy on every worker; it is not installed here") from None
     if not nccl.available:
-        raise RuntimeError("the NCCL exchange needs NCCL, which CuPy cannot load on this worker") from None
+        reasons = " ".join(" ".join(str(w.message).split()) for w in caught)  # on the first import only
+        raise RuntimeError(
+            "the NCCL exchange needs NCCL, which CuPy cannot load on this worker" + (f": {reasons}" if reasons else "")
+        )
     return nccl
 
 
