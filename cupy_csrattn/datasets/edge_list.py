@@ -79,8 +79,11 @@ def load_edge_list(
         in a one-based file, a third column that is not a number, or an id making more than
         ``max_nodes`` nodes (see there). Also ``num_nodes`` above ``2**62``.
     TypeError
-        ``delimiter`` or ``comments`` that is not a string, or ``num_nodes`` or
-        ``max_nodes`` that is not an integer.
+        ``delimiter`` or ``comments`` that is not a string, ``num_nodes`` or ``max_nodes``
+        that is not an integer, ``one_based``, ``transpose``, ``add_self_loops`` or
+        ``return_values`` that is not a bool, ``dtype`` that is not a dtype (all checked
+        before the file is read; so is ``dtype``'s kind: not a bool, integer, float or
+        complex dtype is a ValueError).
 
     Notes
     -----

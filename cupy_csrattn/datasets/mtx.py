@@ -75,6 +75,11 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         beyond what 64-bit indices can address; more rows or columns than ``max_nodes``), an
         entry with the wrong number of columns, a non-integer or out-of-range index, a value
         that is not a number, or more or fewer entries than the size line declares.
+    TypeError
+        ``transpose``, ``add_self_loops`` or ``return_values`` that is not a bool, ``dtype``
+        that is not a dtype, ``max_nodes`` that is not an integer (checked before the file
+        is read; so is ``dtype``'s kind: not a bool, integer, float or complex dtype is a
+        ValueError).
     """
     transpose, add_self_loops, return_values, dtype, max_nodes = check_options(
         transpose, add_self_loops, return_values, dtype, max_nodes

@@ -61,6 +61,11 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         ``"{path}: ..."`` when the file is not a .npz archive, holds none of the layouts
         above, or holds an invalid structure: a non-integer index array or count, ``data``
         of another length than the edges, a node count above ``max_nodes``.
+    TypeError
+        ``transpose``, ``add_self_loops`` or ``return_values`` that is not a bool, ``dtype``
+        that is not a dtype, ``max_nodes`` that is not an integer (checked before the file
+        is read; so is ``dtype``'s kind: not a bool, integer, float or complex dtype is a
+        ValueError).
     """
     transpose, add_self_loops, return_values, dtype, max_nodes = check_options(
         transpose, add_self_loops, return_values, dtype, max_nodes
