@@ -74,6 +74,21 @@ def test_uniform_bad_arguments():
         datasets.uniform_graph(10.0, 2)
 
 
+@pytest.mark.parametrize(
+    "seed, error", [(-1, ValueError), ("x", TypeError), (1.5, TypeError), (True, TypeError), ([1, -2], ValueError)]
+)
+@pytest.mark.parametrize("generator", ["uniform_graph", "rmat_graph", "contextual_sbm"])
+def test_generators_name_a_bad_seed(generator, seed, error):
+    args = {"uniform_graph": (10, 2), "rmat_graph": (3, 2), "contextual_sbm": (10, 2)}[generator]
+    with pytest.raises(error, match="^seed must be a non-negative integer or a numpy.random.Generator"):
+        getattr(datasets, generator)(*args, seed=seed)
+    same = [getattr(datasets, generator)(*args, seed=s) for s in (np.int64(3), 3, np.random.default_rng(3))]
+    first = same[0][0] if isinstance(same[0], tuple) else same[0]
+    for other in same[1:]:
+        other = other[0] if isinstance(other, tuple) else other
+        assert np.array_equal(first.indices, other.indices)
+
+
 # ---------------------------------------------------------------------------------------
 # rmat_graph
 

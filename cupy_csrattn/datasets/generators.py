@@ -13,7 +13,14 @@ MAX_EDGES = 1 << 62  # edge offsets stay far from the end of int64
 
 
 def _rng(seed):
-    return np.random.default_rng(seed)
+    """A NumPy Generator from ``seed`` (a non-negative integer, a sequence of them, a
+    SeedSequence or a Generator); TypeError or ValueError naming ``seed`` otherwise."""
+    if isinstance(seed, (bool, np.bool_, float, str, bytes)):  # NumPy would take some of these, or say why not
+        raise TypeError(f"seed must be a non-negative integer or a numpy.random.Generator, got {type(seed).__name__}")
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"seed must be a non-negative integer or a numpy.random.Generator: {error}") from None
 
 
 def uniform_graph(num_nodes, degree, *, num_src=None, seed=0):
