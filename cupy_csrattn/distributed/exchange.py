@@ -122,7 +122,7 @@ def _run(pg, function, inputs, kwargs, sides, shapes, through_peers, timeout):
     blocks = _blocks(pg, inputs)
     sources = [i for i, (_, x, side, _) in enumerate(inputs) if x is not None and side == "src"]
     exchanges = []  # the NCCL exchange tasks, waited for with the results
-    if through_peers:
+    if through_peers and sources:
         exchanged, by_worker = pg.peers.halos(pg, [blocks[i] for i in sources])
         halos = dict(zip(sources, exchanged))
         exchanges += by_worker.items()
