@@ -133,6 +133,8 @@ def test_exchange_must_be_named(client):
     graph = ca.CSRGraph(*GRAPHS["square"]())
     with pytest.raises(ValueError, match="exchange must be one of"):
         cad.PartitionedGraph.from_graph(graph, client, 2, exchange="mpi")
+    with pytest.raises(TypeError, match="exchange must be one of .*, got list"):
+        cad.PartitionedGraph.from_graph(graph, client, 2, exchange=["nccl"])
 
 
 def test_close_returns_to_the_tasks_exchange(client):

@@ -82,6 +82,8 @@ class PartitionedGraph:
     def __init__(self, graph, client, npartitions=None, *, exchange="tasks", timeout=DEFAULT_TIMEOUT):
         if not isinstance(graph, CSRGraph):
             raise TypeError(f"graph must be a CSRGraph, got {type(graph).__name__}")
+        if not isinstance(exchange, str):
+            raise TypeError(f"exchange must be one of {EXCHANGES}, got {type(exchange).__name__}")
         if exchange not in EXCHANGES:
             raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
         workers = workers_of(client)
