@@ -43,20 +43,20 @@ def as_array(name, x):
     other __dlpack__ objects become NumPy views; anything else goes through np.asarray.
     """
     if isinstance(x, np.ndarray):
-        return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
-    if is_cupy_array(x):
+        array = x
+    elif is_cupy_array(x):
         return x
-    on_cuda = hasattr(x, "__cuda_array_interface__") or (
+    elif hasattr(x, "__cuda_array_interface__") or (
         hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] in _DLPACK_CUDA_DEVICES
-    )
-    if on_cuda:
+    ):
         if cupy is None:
             raise TypeError(f"{name} lives on a CUDA device, which needs CuPy; it is not installed")
         return cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
-    try:
-        array = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
-    except Exception as error:
-        raise TypeError(f"{name} must be an array, got {type(x).__name__}") from error
+    else:
+        try:
+            array = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+        except Exception as error:
+            raise TypeError(f"{name} must be an array, got {type(x).__name__}") from error
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
