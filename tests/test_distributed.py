@@ -244,6 +244,9 @@ def test_wrong_arrays_are_named(partitioned):
     q = pg.as_node_array(np.ones((12, 2, 3), np.float32))
     with pytest.raises(ValueError, match="k has 4 features"):  # the single-device op's own check
         cad.graph_attention(pg, q, pg.as_node_array(np.ones((12, 2, 4), np.float32), "src"), q)
+    k = pg.as_node_array(np.ones((12, 3, 3), np.float32), "src")  # its shapes are the probe's empty blocks'
+    with pytest.raises(ValueError, match=r"k has shape \(0, 3, 3\).*a shape's leading 0 stands for its rows"):
+        cad.graph_attention(pg, q, k, k)
     with pytest.raises(TypeError, match="graph must be a PartitionedGraph"):
         cad.edge_softmax(ca.CSRGraph(*_square()), pg.as_edge_array(scores))
     with pytest.raises(ValueError, match="timeout must be a positive number"):

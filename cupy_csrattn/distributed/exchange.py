@@ -75,7 +75,11 @@ def _probe(function, inputs, kwargs):
     ]
     positional = [a for a, (_, _, _, keyword) in zip(empty, inputs) if not keyword]
     kwargs = dict(kwargs, **{name: a for a, (name, _, _, keyword) in zip(empty, inputs) if keyword})
-    results = function(_probe_graph(), *positional, **kwargs)
+    try:
+        results = function(_probe_graph(), *positional, **kwargs)
+    except (TypeError, ValueError) as error:  # its shapes are the empty arrays': say so
+        error.args = (f"{error} (checked on an empty block of each array: a shape's leading 0 stands for its rows)",)
+        raise
     results = results if isinstance(results, tuple) else (results,)
     return [None if r is None else (r.dtype, r.shape) for r in results]
 
