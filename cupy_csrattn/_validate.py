@@ -122,16 +122,6 @@ def finite_scalar(name, value):
     return value
 
 
-def flag(name, value):
-    """``value`` as a bool: True or False (Python's or NumPy's), else a TypeError naming it.
-
-    Truthiness is not enough: ``return_lse="no"`` or ``transpose=[]`` is a mistake to report,
-    not an answer to guess."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
-    return bool(value)
-
-
 def dtype_list(name, given, supported):
     """The dtypes ``given`` names (an iterable of dtype-likes, or one), each one of ``supported``
     (NumPy dtypes); all of ``supported`` when ``given`` is None."""

@@ -1,4 +1,5 @@
-"""Where an op runs, the one GPU probe, and moving arrays to that place.
+"""Where an op runs, the one GPU probe, moving arrays to that place, and the forms of
+argument every module takes (as_array, flag).
 
 NumPy inputs run on the CPU backend. Any CuPy input, or a graph that already lives on the
 GPU, runs on the GPU backend. CuPy is optional: without it every op runs on the CPU.
@@ -58,6 +59,16 @@ def as_array(name, x):
         except Exception as error:
             raise TypeError(f"{name} must be an array, got {type(x).__name__}") from error
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+
+
+def flag(name, value):
+    """``value`` as a bool: True or False (Python's or NumPy's), else a TypeError naming it.
+
+    Truthiness is not enough: ``return_lse="no"`` or ``copy=[]`` is a mistake to report,
+    not an answer to guess."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+    return bool(value)
 
 
 def first_line(error):

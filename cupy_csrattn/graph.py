@@ -11,9 +11,14 @@ _CHECK_MODES = ("full", "fast", "none")
 _INT32_MAX = np.iinfo(np.int32).max
 
 
+def _index_input(name, x):
+    """x as a NumPy or CuPy array (backend.as_array), an empty list or tuple as integers
+    (np.asarray([]) would be float64)."""
+    return backend.as_array(name, np.zeros(0, np.int32) if isinstance(x, (list, tuple)) and not x else x)
+
+
 def _index_array(name, array, on_gpu):
     """array as a 1-D int32/int64 array on the graph's device; TypeError/ValueError naming it."""
-    array = backend.as_array(name, array)
     if backend.is_cupy_array(array):
         on_gpu = True
     if on_gpu:
@@ -29,6 +34,20 @@ def _index_array(name, array, on_gpu):
         # Every value of these types fits: int32 for the narrow ones, int64 for uint32.
         return array.astype(np.int32 if dtype.itemsize < 4 else np.int64)
     return array  # uint64: converted by the caller once its values are known to fit
+
+
+def _read_only(array):
+    """A NumPy array the graph owns, made read-only (CuPy has no such flag): what a graph hands
+    out (its arrays, transpose, row_of_edge) cannot change under its cached plans by mistake."""
+    if isinstance(array, np.ndarray):
+        array.flags.writeable = False
+    return array
+
+
+def _uint64_fits(name, array):
+    """ValueError naming ``name`` when a uint64 array holds values beyond int64 (a host sync)."""
+    if array.dtype == np.uint64 and len(array) and int(array.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} has values too large for int64")
 
 
 def node_count(name, value):
@@ -78,9 +97,12 @@ class CSRGraph:
     """
 
     def __init__(self, indptr, indices, num_src=None, *, check="full", copy=True):
+        if not isinstance(check, str):
+            raise TypeError(f"check must be one of {_CHECK_MODES}, got {type(check).__name__}")
         if check not in _CHECK_MODES:
             raise ValueError(f"check must be one of {_CHECK_MODES}, got {check!r}")
-        given_indptr, given_indices = backend.as_array("indptr", indptr), backend.as_array("indices", indices)
+        copy = backend.flag("copy", copy)
+        given_indptr, given_indices = _index_input("indptr", indptr), _index_input("indices", indices)
         on_gpu = backend.is_cupy_array(given_indptr) or backend.is_cupy_array(given_indices)
         indptr = _index_array("indptr", given_indptr, on_gpu)
         indices = _index_array("indices", given_indices, on_gpu)
@@ -92,8 +114,7 @@ class CSRGraph:
         unsigned64 = [name for name, a in (("indptr", indptr), ("indices", indices)) if a.dtype == np.uint64]
         if check == "full" or (unsigned64 and check == "fast" and not on_gpu):
             for name, array in (("indptr", indptr), ("indices", indices)):
-                if array.dtype == np.uint64 and len(array) and int(array.max()) > np.iinfo(np.int64).max:  # host sync
-                    raise ValueError(f"{name} has values too large for int64")
+                _uint64_fits(name, array)  # host sync
         indptr = indptr.astype(np.int64) if indptr.dtype == np.uint64 else indptr
         indices = indices.astype(np.int64) if indices.dtype == np.uint64 else indices
         if check != "none":
@@ -101,8 +122,8 @@ class CSRGraph:
         elif num_src is None:
             num_src = int(indices.max()) + 1 if len(indices) else 0  # host sync
         if copy:  # arrays converted above are new already
-            indptr = indptr.copy() if indptr is given_indptr else indptr
-            indices = indices.copy() if indices is given_indices else indices
+            indptr = _read_only(indptr.copy() if indptr is given_indptr else indptr)
+            indices = _read_only(indices.copy() if indices is given_indices else indices)
         self.indptr = indptr
         self.indices = indices
         self.num_src = num_src
@@ -178,11 +199,13 @@ class CSRGraph:
         """
         num_dst = None if num_dst is None else node_count("num_dst", num_dst)
         num_src = None if num_src is None else node_count("num_src", num_src)
-        src, dst = backend.as_array("src", src), backend.as_array("dst", dst)
+        src, dst = _index_input("src", src), _index_input("dst", dst)
         on_gpu = backend.is_cupy_array(src) or backend.is_cupy_array(dst)
         src = _index_array("src", src, on_gpu)
         dst = _index_array("dst", dst, on_gpu)
         if src.dtype == np.uint64 or dst.dtype == np.uint64:
+            _uint64_fits("src", src)  # host sync
+            _uint64_fits("dst", dst)
             src, dst = src.astype(np.int64), dst.astype(np.int64)
         if len(src) != len(dst):
             raise ValueError(f"src has {len(src)} entries but dst has {len(dst)}")
@@ -214,7 +237,7 @@ class CSRGraph:
         indptr = xp.zeros(num_dst + 1, dtype=indptr_dtype)
         xp.cumsum(counts, out=indptr[1:])
         # Valid by construction: every id was checked above.
-        graph = cls(indptr, src[perm], num_src, check="none", copy=False)
+        graph = cls(_read_only(indptr), _read_only(src[perm]), num_src, check="none", copy=False)
         return graph, perm
 
     # -- attributes -----------------------------------------------------------------
@@ -266,33 +289,27 @@ class CSRGraph:
         """The same graph with CuPy arrays (this graph if already there; cached, so plans are reused)."""
         if self.device == "gpu":
             return self
-        if backend.cupy is None:
-            raise RuntimeError("to_gpu needs CuPy, which is not installed")
+        usable, reason = backend.gpu_status()
+        if not usable:
+            raise RuntimeError(f"to_gpu needs CuPy and a usable CUDA device: {reason}")
         device_id = backend.cupy.cuda.Device().id
-        return self.cached(
-            ("to_gpu", device_id),
-            lambda: _with_twin(
-                CSRGraph(
-                    backend.cupy.asarray(self.indptr),
-                    backend.cupy.asarray(self.indices),
-                    self.num_src,
-                    check="none",
-                    copy=False,
-                ),
-                self,
-            ),
-        )
+
+        def build():
+            indptr, indices = (backend.cupy.asarray(a) for a in (self.indptr, self.indices))
+            return _with_twin(CSRGraph(indptr, indices, self.num_src, check="none", copy=False), self)
+
+        return self.cached(("to_gpu", device_id), build)
 
     def to_cpu(self):
         """The same graph with NumPy arrays (this graph if already there)."""
         if self.device == "cpu":
             return self
-        return self.cached(
-            "to_cpu",
-            lambda: _with_twin(
-                CSRGraph(self.indptr.get(), self.indices.get(), self.num_src, check="none", copy=False), self
-            ),
-        )
+
+        def build():
+            indptr, indices = (_read_only(a.get()) for a in (self.indptr, self.indices))
+            return _with_twin(CSRGraph(indptr, indices, self.num_src, check="none", copy=False), self)
+
+        return self.cached("to_cpu", build)
 
     # -- transpose ------------------------------------------------------------------
     def row_of_edge(self):
@@ -302,7 +319,8 @@ class CSRGraph:
             xp = self.xp
             edges = xp.arange(self.num_edges, dtype=self.indptr.dtype)
             rows = xp.searchsorted(self.indptr, edges, side="right") - 1
-            return rows.astype(self.index_dtype if self.num_dst <= np.iinfo(self.index_dtype).max + 1 else np.int64)
+            dtype = self.index_dtype if self.num_dst <= np.iinfo(self.index_dtype).max + 1 else np.int64
+            return _read_only(rows.astype(dtype))
 
         return self.cached("row_of_edge", build)
 
@@ -330,8 +348,8 @@ class CSRGraph:
                 xp.cumsum(xp.bincount(self.indices, minlength=self.num_src), out=indptr[1:])
             dst_dtype = self.index_dtype if self.num_dst <= np.iinfo(self.index_dtype).max + 1 else np.int64
             indices = self.row_of_edge()[perm].astype(dst_dtype, copy=False)
-            graph_t = CSRGraph(indptr, indices, self.num_dst, check="none", copy=False)
-            return graph_t, perm
+            graph_t = CSRGraph(_read_only(indptr), _read_only(indices), self.num_dst, check="none", copy=False)
+            return graph_t, _read_only(perm)
 
         return self.cached("transpose", build)
 
@@ -358,13 +376,21 @@ def graph_and_edge_order(matrix, check, name="matrix", copy=True):
     if not is_scipy and not backend.is_cupyx_sparse(matrix):
         raise TypeError(f"{name} must be a scipy.sparse or cupyx.scipy.sparse matrix, got {type(matrix).__name__}")
     fmt = matrix.format
+    if getattr(matrix, "ndim", 2) != 2:
+        raise ValueError(f"{name} must be a 2-D sparse matrix, got {matrix.ndim} dimension(s)")
     num_dst, num_src = matrix.shape
+    if fmt in ("csr", "csc") and len(matrix.indptr) != (num_dst if fmt == "csr" else num_src) + 1:
+        raise ValueError(f"{name} has shape {matrix.shape}, but its indptr has {len(matrix.indptr)} entries")
     if fmt == "csr":
         return CSRGraph(matrix.indptr, matrix.indices, num_src, check=check, copy=copy), None
     xp = np if is_scipy else backend.cupy
     if fmt == "coo":
         dst, src = matrix.row, matrix.col
-    elif fmt == "csc":
+    elif fmt == "csc":  # its indptr must be sound before it numbers the columns (rows: from_edge_index)
+        try:
+            CSRGraph(matrix.indptr, matrix.indices, check="full", copy=False)
+        except ValueError as error:
+            raise ValueError(f"{name} is not a valid CSC matrix: {error}") from None
         dst, src = matrix.indices, _stored_columns_of_csc(matrix, xp)
     else:
         raise TypeError(f"{name} is a sparse matrix in format {fmt!r}; only CSR, CSC and COO are supported")

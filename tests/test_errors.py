@@ -93,6 +93,19 @@ def test_unknown_check_mode(xp):
         _csr(xp, np.array([0, 1]), np.array([0]), 1, check="paranoid")
 
 
+@pytest.mark.parametrize("check", [np.array(["full", "x"]), None, 1])
+def test_check_mode_of_another_type(xp, check):
+    with pytest.raises(TypeError, match="check must be one of"):
+        _csr(xp, np.array([0, 1]), np.array([0]), 1, check=check)
+
+
+@pytest.mark.parametrize("copy", ["no", [], None, 1])
+def test_copy_must_be_a_bool(xp, copy):
+    """copy="no" is truthy and []/None falsy: a mistake to report, not an answer to guess."""
+    with pytest.raises(TypeError, match="copy must be True or False"):
+        _csr(xp, np.array([0, 1]), np.array([0]), 1, copy=copy)
+
+
 def test_fast_check_still_checks_dtype(xp):
     with pytest.raises(TypeError, match="indices"):
         _csr(xp, np.array([0, 1]), np.array([0.0]), 1, check="fast")
@@ -133,6 +146,15 @@ def test_node_counts_beyond_int64(xp, count):
         CSRGraph.from_edge_index(to_xp(xp, np.array([0])), to_xp(xp, np.array([0])), num_dst=count, num_src=1)
 
 
+def test_from_edge_index_uint64_beyond_int64(xp):
+    """Named as too large, not wrapped round into a negative id."""
+    big = to_xp(xp, np.array([2**64 - 1], np.uint64))
+    with pytest.raises(ValueError, match="src has values too large for int64"):
+        CSRGraph.from_edge_index(big, to_xp(xp, np.array([0])))
+    with pytest.raises(ValueError, match="dst has values too large for int64"):
+        CSRGraph.from_edge_index(to_xp(xp, np.array([0])), big)
+
+
 def test_from_scipy_not_sparse(xp):
     with pytest.raises(TypeError, match="sparse"):
         CSRGraph.from_scipy(to_xp(xp, np.eye(3)))
@@ -145,6 +167,40 @@ def test_from_scipy_unsupported_format(fmt):
     A = scipy.sparse.random(4, 5, density=0.5, format=fmt, random_state=0)
     with pytest.raises(TypeError, match=fmt):
         CSRGraph.from_scipy(A)
+
+
+def test_from_scipy_malformed_csc():
+    """A CSC matrix whose column pointers decrease numbered its entries' columns wrong (scipy
+    builds one without a check); as a graph or an op's graph argument it is refused."""
+    import scipy.sparse
+
+    A = scipy.sparse.csc_array((np.array([1.0, 2.0, 3.0]), np.array([0, 1, 0]), np.array([0, 2, 1, 3])), shape=(2, 3))
+    with pytest.raises(ValueError, match="matrix is not a valid CSC matrix: indptr must be non-decreasing"):
+        CSRGraph.from_scipy(A)
+    with pytest.raises(ValueError, match="graph is not a valid CSC matrix"):
+        ca.spmm(A, None, np.eye(3))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_from_scipy_indptr_of_another_length(fmt):
+    """A matrix whose indptr disagrees with its shape (its arrays changed after it was made)."""
+    import scipy.sparse
+
+    A = scipy.sparse.random(4, 5, density=0.5, format=fmt, random_state=0)
+    A.indptr = A.indptr[:-1].copy()
+    A.indptr[-1] = A.nnz
+    with pytest.raises(ValueError, match=r"matrix has shape \(4, 5\), but its indptr has"):
+        CSRGraph.from_scipy(A)
+
+
+def test_from_scipy_one_dimensional():
+    import scipy.sparse
+
+    for matrix in (scipy.sparse.coo_array(np.array([1.0, 0.0, 2.0])), scipy.sparse.csr_array(np.array([1.0, 0.0]))):
+        with pytest.raises(ValueError, match="matrix must be a 2-D sparse matrix, got 1 dimension"):
+            CSRGraph.from_scipy(matrix)
+        with pytest.raises(ValueError, match="graph must be a 2-D sparse matrix"):
+            ca.edge_softmax(matrix)
 
 
 # ------------------------------------------------------------------ graph argument of the ops

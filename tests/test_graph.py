@@ -64,6 +64,31 @@ def test_right_arrays_are_not_copied_with_copy_false(xp, dtype):
     assert same_buffer(g.indptr, indptr) and same_buffer(g.indices, indices)
 
 
+def test_what_a_cpu_graph_hands_out_is_read_only():
+    """Its own arrays, row_of_edge and the transpose (graph and perm) are read-only NumPy
+    arrays: writing into one would change later results (softmax by source reads the cached
+    transpose), so it is an error instead. The caller's arrays (copy=False) keep their flags."""
+    graph = named_graph("duplicates")
+    g = CSRGraph(graph.indptr, graph.indices, graph.num_src)
+    g_t, perm = g.transpose()
+    edge_graph = CSRGraph.from_edge_index(graph.indices, row_of_edges(graph.indptr))[0]
+    for array in (g.indptr, g.indices, g.row_of_edge(), g_t.indptr, g_t.indices, perm, edge_graph.indptr):
+        with pytest.raises(ValueError, match="read-only"):
+            array[:1] = 0
+    indptr, indices = graph.indptr.copy(), graph.indices.copy()
+    shared = CSRGraph(indptr, indices, graph.num_src, copy=False)
+    assert shared.indptr is indptr and indptr.flags.writeable and indices.flags.writeable
+
+
+@pytest.mark.parametrize("empty", [[], ()])
+def test_empty_lists_are_index_arrays(empty):
+    """np.asarray([]) is float64; an empty list of indices or edges is still a graph."""
+    g = CSRGraph([0, 0], empty, 3)
+    assert g.num_edges == 0 and g.shape == (1, 3) and g.index_dtype == np.int32
+    g, perm = CSRGraph.from_edge_index(empty, empty, num_dst=2)
+    assert g.num_edges == 0 and g.shape == (2, 0) and len(perm) == 0
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64])
 def test_narrow_or_unsigned_indices_are_converted(xp, dtype):
     graph = named_graph("unsorted_columns")
@@ -248,6 +273,13 @@ def test_to_cpu(xp):
     graph = named_graph("zero_degree_rows")
     g = make_graph(xp, graph).to_cpu()
     _assert_structure(np, g, graph)
+
+
+def test_to_gpu_without_a_usable_gpu_says_why():
+    if ca.backend.gpu_available():
+        pytest.skip("this machine has a usable GPU")
+    with pytest.raises(RuntimeError, match="to_gpu needs CuPy and a usable CUDA device: "):
+        CSRGraph([0, 1], [0]).to_gpu()
 
 
 def test_to_gpu(xp):

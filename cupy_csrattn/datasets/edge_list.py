@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from cupy_csrattn import _validate
+from cupy_csrattn import backend
 from cupy_csrattn.datasets.base import check_count, too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, check_options, finish, graph_of_edges
 from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, check_markers, read_bytes
@@ -93,7 +93,7 @@ def load_edge_list(
     transpose, add_self_loops, return_values, dtype, max_nodes = check_options(
         transpose, add_self_loops, return_values, dtype, max_nodes
     )
-    one_based = _validate.flag("one_based", one_based)
+    one_based = backend.flag("one_based", one_based)
     comments = check_markers("comments", comments, sequence=True)
     separators = [b","] if delimiter is None else check_markers("delimiter", delimiter, sequence=False)
     if num_nodes is not None:

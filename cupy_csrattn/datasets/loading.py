@@ -3,7 +3,7 @@ graph, the values' dtype, self-loops, the result)."""
 
 import numpy as np
 
-from cupy_csrattn import _validate
+from cupy_csrattn import backend
 from cupy_csrattn.datasets.base import check_count, csr_from_edges
 from cupy_csrattn.datasets.generators import add_self_loops
 
@@ -12,9 +12,9 @@ def check_options(transpose, add_loops, return_values, dtype, max_nodes):
     """The options every loader takes, checked before the file is read: the flags as bools,
     ``dtype`` as a NumPy dtype of numbers (bool, integer, float or complex) or None,
     ``max_nodes`` as an int or None; TypeError or ValueError naming the argument."""
-    transpose = _validate.flag("transpose", transpose)
-    add_loops = _validate.flag("add_self_loops", add_loops)
-    return_values = _validate.flag("return_values", return_values)
+    transpose = backend.flag("transpose", transpose)
+    add_loops = backend.flag("add_self_loops", add_loops)
+    return_values = backend.flag("return_values", return_values)
     if dtype is not None:
         try:
             dtype = np.dtype(dtype)

@@ -14,7 +14,7 @@ recompute the weights without storing them.
 
 import math
 
-from cupy_csrattn import _validate
+from cupy_csrattn import _validate, backend
 from cupy_csrattn.cpu import attention as cpu_attention
 from cupy_csrattn.gpu import attention as gpu_attention
 from cupy_csrattn.ops import traffic
@@ -24,7 +24,7 @@ from cupy_csrattn.ops.registry import register
 
 def forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, canonical_heads):
     """out (num_dst, *S, F) and, with return_lse, lse (num_dst, *S), S the trailing shape ``heads``."""
-    return_lse = _validate.flag("return_lse", return_lse)
+    return_lse = backend.flag("return_lse", return_lse)
     out_c, out_result = place.output(
         "out", out, (g.num_dst, *heads, features), dtype, (g.num_dst, canonical_heads, features)
     )
