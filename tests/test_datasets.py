@@ -2,7 +2,9 @@
 (Matrix Market, .npz, edge lists), including malformed files named by file and line."""
 
 import gzip
+import os
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -75,6 +77,23 @@ def test_uniform_bad_arguments():
 
 
 @pytest.mark.parametrize(
+    "generator, args, kwargs, message",
+    [
+        ("uniform_graph", (0, 2**63), {}, "degree must be at most 2\\*\\*62"),  # was OverflowError
+        ("uniform_graph", (10**23, 1), {}, "num_nodes must be at most"),
+        ("uniform_graph", (3, 1), {"num_src": 10**23}, "num_src must be at most"),  # was "high is out of bounds"
+        ("uniform_graph", (2**40, 2**40), {}, "num_nodes \\* degree = .* more than 64-bit indices can address"),
+        ("rmat_graph", (2, 2**62), {}, "edge_factor \\* 2\\*\\*scale = "),  # was "Maximum allowed dimension exceeded"
+        ("contextual_sbm", (4, 1), {"num_features": 10**23}, "num_features must be at most"),
+        ("contextual_sbm", (4, 1), {"num_features": 2**61}, "num_nodes \\* num_features = "),
+    ],
+)
+def test_generators_name_sizes_beyond_64_bits(generator, args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        getattr(datasets, generator)(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
     "seed, error", [(-1, ValueError), ("x", TypeError), (1.5, TypeError), (True, TypeError), ([1, -2], ValueError)]
 )
 @pytest.mark.parametrize("generator", ["uniform_graph", "rmat_graph", "contextual_sbm"])
@@ -132,6 +151,10 @@ def test_rmat_quadrant_probabilities_set_the_skew():
 
 
 def test_rmat_self_loops_and_duplicates_removed():
+    for name in ("self_loops", "duplicates", "scramble_ids"):  # "no" was taken as True
+        for value in ("no", np.array([True, False]), None):
+            with pytest.raises(TypeError, match=f"{name} must be True or False"):
+                datasets.rmat_graph(4, 8, **{name: value})
     g = datasets.rmat_graph(10, self_loops=False, duplicates=False, seed=1)
     rows = rows_of(g)
     assert not np.any(rows == g.indices)
@@ -206,6 +229,11 @@ def test_sbm_bad_arguments():
         datasets.contextual_sbm(100, 2, homophily=1.5)
     with pytest.raises(ValueError, match="num_classes"):
         datasets.contextual_sbm(3, 5)
+    for noise in (1e39, 1e308):  # was a RuntimeWarning and features of inf
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError, match="feature_noise = .* makes features overflow float32"):
+                datasets.contextual_sbm(4, 2, feature_noise=noise)
 
 
 # ---------------------------------------------------------------------------------------
@@ -595,6 +623,18 @@ def test_load_dispatches_on_the_name(tmp_path):
     assert datasets.load(edges).num_edges == 1
 
 
+def test_names_in_any_case_and_as_bytes(tmp_path):
+    """A name's suffix picks the loader and gzip whatever its case; a bytes path works as a str one."""
+    gz = tmp_path / "UP.MTX.GZ"
+    gz.write_bytes(gzip.compress(MTX_GENERAL.encode()))
+    assert datasets.load(gz).shape == (3, 4)  # was "not a Matrix Market file"
+    edges = tmp_path / "E.TXT.Gz"
+    edges.write_bytes(gzip.compress(b"0 1\n2 0\n"))
+    for path in (edges, os.fsencode(edges)):
+        assert datasets.load_edge_list(path).num_edges == 2  # a bytes name was not gunzipped
+        assert datasets.load(path).num_edges == 2  # a bytes path raised TypeError
+
+
 # ---------------------------------------------------------------------------------------
 # Bad contents and bad arguments (issue 13, items 5, 6 and 8)
 
@@ -871,3 +911,16 @@ def test_add_self_loops_fill_must_fit_the_values():
     assert values.tolist() == [[1.0, 2.0], [3.0, 4.0], [3.0, 4.0]]
     _, values = datasets.add_self_loops(g, np.array([True]), fill_value=1.0)
     assert values.tolist() == [True, True, True]
+
+
+def test_add_self_loops_fill_of_any_size_and_shape():
+    g = ca.CSRGraph(np.array([0, 1, 1]), np.array([1]), 2)  # two loops added
+    _, values = datasets.add_self_loops(g, np.array([5.0]), fill_value=2**70)  # was "fill_value must be a number"
+    assert values.tolist() == [5.0, 2.0**70, 2.0**70]
+    for dtype, fill in ((np.float64, 10**400), (np.int64, 2**70)):
+        with pytest.raises(ValueError, match="fill_value .* cannot be stored in values of dtype"):
+            datasets.add_self_loops(g, np.array([5], dtype), fill_value=fill)
+    with pytest.raises(ValueError, match=r"fill_value has shape \(2,\), .* trailing shape \(3,\)"):
+        datasets.add_self_loops(g, np.ones((1, 3)), fill_value=[1.0, 2.0])  # was NumPy's "shape mismatch"
+    with pytest.raises(ValueError, match=r"fill_value has shape \(2,\), .* trailing shape \(\)"):
+        datasets.add_self_loops(g, np.ones(1), fill_value=[1.0, 2.0])  # was one value per added loop

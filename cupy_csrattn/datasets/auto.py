@@ -5,6 +5,7 @@ import os
 from cupy_csrattn.datasets.edge_list import load_edge_list
 from cupy_csrattn.datasets.mtx import load_mtx
 from cupy_csrattn.datasets.npz import load_npz
+from cupy_csrattn.datasets.text import is_gzip_name
 
 
 def load(path, **kwargs):
@@ -15,8 +16,8 @@ def load(path, **kwargs):
 
     Parameters
     ----------
-    path : str or os.PathLike
-        The file.
+    path : str, bytes or os.PathLike
+        The file; its name picks the loader whatever its case (``.MTX.GZ`` too).
     **kwargs
         Options of the chosen loader.
 
@@ -24,8 +25,8 @@ def load(path, **kwargs):
     -------
     CSRGraph, or (CSRGraph, values) with ``return_values=True``
     """
-    name = os.fspath(path).lower()
-    if name.endswith(".gz"):
+    name = os.fsdecode(os.fspath(path)).lower()
+    if is_gzip_name(name):
         name = name[:-3]
     if name.endswith(".mtx"):
         return load_mtx(path, **kwargs)

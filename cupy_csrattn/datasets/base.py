@@ -21,13 +21,26 @@ def index_dtype(num_nodes, num_edges=0):
     return np.int32 if max(num_nodes, num_edges) <= INT32_MAX else np.int64
 
 
+# The most nodes, edges or elements a generator makes: offsets and products of two counts
+# stay far from the end of int64.
+MAX_COUNT = 1 << 62
+
+
 def check_count(name, value, minimum=0):
-    """``value`` as an int >= ``minimum``; TypeError or ValueError naming it."""
+    """``value`` as an int >= ``minimum`` and <= MAX_COUNT; TypeError or ValueError naming it."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if value > MAX_COUNT:
+        raise ValueError(f"{name} must be at most 2**62, got {value}")
     return int(value)
+
+
+def check_product(names, *counts):
+    """ValueError naming ``names`` when the product of ``counts`` (checked counts) exceeds MAX_COUNT."""
+    if math.prod(counts) > MAX_COUNT:
+        raise ValueError(f"{names} = {math.prod(counts)} is more than 2**62, more than 64-bit indices can address")
 
 
 def check_real(name, value, low=None, high=None):

@@ -4,12 +4,11 @@ import warnings
 
 import numpy as np
 
-from cupy_csrattn import _validate, backend
-from cupy_csrattn.datasets.base import check_count, check_real, csr_from_edges, index_dtype
+from cupy_csrattn import backend
+from cupy_csrattn.datasets.base import MAX_COUNT, check_count, check_product, check_real, csr_from_edges, index_dtype
 from cupy_csrattn.graph import CSRGraph
 
 _RMAT_CHUNK = 1 << 18
-MAX_EDGES = 1 << 62  # edge offsets stay far from the end of int64
 
 
 def _rng(seed):
@@ -48,6 +47,7 @@ def uniform_graph(num_nodes, degree, *, num_src=None, seed=0):
     num_nodes = check_count("num_nodes", num_nodes)
     degree = check_count("degree", degree)
     num_src = num_nodes if num_src is None else check_count("num_src", num_src)
+    check_product("num_nodes * degree", num_nodes, degree)
     num_edges = num_nodes * degree
     if num_edges and num_src == 0:
         raise ValueError("num_src must be >= 1 when the graph has edges")
@@ -97,6 +97,10 @@ def rmat_graph(
     edge_factor = check_count("edge_factor", edge_factor)
     if scale > 40:
         raise ValueError(f"scale must be <= 40, got {scale}")
+    check_product("edge_factor * 2**scale", edge_factor, 1 << scale)
+    self_loops = backend.flag("self_loops", self_loops)
+    duplicates = backend.flag("duplicates", duplicates)
+    scramble_ids = backend.flag("scramble_ids", scramble_ids)
     a, b, c = (check_real(name, value, 0.0, 1.0) for name, value in (("a", a), ("b", b), ("c", c)))
     d = 1.0 - a - b - c
     if d < -1e-12:
@@ -184,8 +188,9 @@ def contextual_sbm(num_nodes, num_classes, *, degree=10, homophily=0.8, num_feat
     homophily = check_real("homophily", homophily, 0.0, 1.0)
     degree = check_real("degree", degree, 0.0)
     feature_noise = check_real("feature_noise", feature_noise, 0.0)
-    if degree * num_nodes >= MAX_EDGES:
+    if degree * num_nodes >= MAX_COUNT:
         raise ValueError(f"degree * num_nodes = {degree * num_nodes:g} edges is more than 64-bit indices can address")
+    check_product("num_nodes * num_features", num_nodes, num_features)
     rng = _rng(seed)
     labels = rng.permutation(np.arange(num_nodes, dtype=np.int64) % num_classes)
     members = np.argsort(labels, kind="stable")  # node ids grouped by class
@@ -209,8 +214,11 @@ def contextual_sbm(num_nodes, num_classes, *, degree=10, homophily=0.8, num_feat
     graph = CSRGraph(indptr, indices, num_nodes, check="fast")
 
     means = rng.standard_normal((num_classes, num_features))
-    features = means[labels] + feature_noise * rng.standard_normal((num_nodes, num_features))
-    return graph, features.astype(np.float32), labels
+    with np.errstate(over="ignore"):
+        features = (means[labels] + feature_noise * rng.standard_normal((num_nodes, num_features))).astype(np.float32)
+    if not np.isfinite(features).all():
+        raise ValueError(f"feature_noise = {feature_noise:g} makes features overflow float32")
+    return graph, features, labels
 
 
 def add_self_loops(graph, values=None, *, fill_value=1.0, skip_existing=True):
@@ -241,7 +249,7 @@ def add_self_loops(graph, values=None, *, fill_value=1.0, skip_existing=True):
     """
     if not isinstance(graph, CSRGraph):
         raise TypeError(f"graph must be a CSRGraph, got {type(graph).__name__}")
-    skip_existing = _validate.flag("skip_existing", skip_existing)
+    skip_existing = backend.flag("skip_existing", skip_existing)
     if graph.num_dst != graph.num_src:
         raise ValueError(f"add_self_loops needs a square graph, got shape {graph.shape}")
     on_gpu = graph.device == "gpu"
@@ -276,6 +284,11 @@ def add_self_loops(graph, values=None, *, fill_value=1.0, skip_existing=True):
             f"values has {values.shape[0] if values.ndim else 0} rows, but the graph has {num_edges} edges"
         )
     fill = _fill_for(values.dtype, fill_value)
+    if _broadcast_shape(fill.shape, values.shape[1:]) != values.shape[1:]:
+        raise ValueError(
+            f"fill_value has shape {fill.shape}, which does not broadcast over the values' trailing shape "
+            f"{values.shape[1:]}"
+        )
     new_values = xp.empty((new_edges,) + values.shape[1:], dtype=values.dtype)
     new_values[xp.asarray(old_position)] = values
     new_values[xp.asarray(loop_position)] = xp.asarray(fill)
@@ -292,6 +305,13 @@ def _fill_for(dtype, fill_value):
     fill = np.asarray(fill_value.get() if backend.is_cupy_array(fill_value) else fill_value)
     if dtype.kind not in "biufc":
         return fill
+    if fill.dtype == object and isinstance(fill_value, int):  # a Python int beyond 64 bits
+        try:
+            fill = np.asarray(float(fill_value) if dtype.kind in "fc" else None)
+        except OverflowError:
+            fill = np.asarray(None)
+        if fill.dtype == object:
+            raise ValueError(f"fill_value {fill_value!r} cannot be stored in values of dtype {dtype}")
     if fill.dtype.kind not in "biufc":
         raise TypeError(f"fill_value must be a number for values of dtype {dtype}, got {fill_value!r}")
     if dtype.kind != "c" and fill.dtype.kind == "c" and np.any(fill.imag != 0):
@@ -306,3 +326,11 @@ def _fill_for(dtype, fill_value):
             f"{cast.tolist()!r}); pass values of a floating dtype or a fill_value that fits"
         )
     return cast
+
+
+def _broadcast_shape(*shapes):
+    """The shape ``shapes`` broadcast to, or None where they do not broadcast."""
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        return None

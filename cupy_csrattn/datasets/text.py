@@ -37,6 +37,11 @@ _INTEGER = re.compile(rb"[+-]?[0-9]+")
 _INT64 = np.iinfo(np.int64)
 
 
+def is_gzip_name(path):
+    """Whether a file's name (str, bytes or os.PathLike) ends in .gz, in any case."""
+    return os.fsdecode(os.fspath(path)).lower().endswith(".gz")
+
+
 def read_bytes(path):
     """The file's bytes (gunzipped for a .gz name); FileNotFoundError naming it."""
     path = os.fspath(path)
@@ -44,7 +49,7 @@ def read_bytes(path):
         raise FileNotFoundError(2, "No such file", path)
     if os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
-    opener = gzip.open if str(path).endswith(".gz") else open
+    opener = gzip.open if is_gzip_name(path) else open
     try:
         with opener(path, "rb") as file:
             raw = file.read()
