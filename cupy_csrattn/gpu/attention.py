@@ -8,8 +8,7 @@ The fused ops allocate nothing per edge: besides their outputs, the backward hol
 import math
 from functools import partial
 
-import cupy
-
+from cupy_csrattn import backend
 from cupy_csrattn.backend import accumulation_dtype
 from cupy_csrattn.gpu import plan as plans
 from cupy_csrattn.gpu import replay
@@ -143,8 +142,10 @@ def _over_head_chunks(run, chunk, inputs, outputs):
     heads = next(x for x in outputs.values() if x is not None).shape[1]
     for start in range(0, heads, chunk):
         heads_of = slice(start, min(start + chunk, heads))
-        part_in = {name: _heads(x, heads_of, cupy.ascontiguousarray) for name, x in inputs.items()}
-        part_out = {name: _heads(x, heads_of, partial(cupy.empty_like, order="C")) for name, x in outputs.items()}
+        part_in = {name: _heads(x, heads_of, backend.cupy.ascontiguousarray) for name, x in inputs.items()}
+        part_out = {
+            name: _heads(x, heads_of, partial(backend.cupy.empty_like, order="C")) for name, x in outputs.items()
+        }
         run(**part_in, **part_out)
         for name, x in outputs.items():
             if x is not None:
