@@ -10,10 +10,13 @@ import sys
 
 import numpy as np
 
+_cupy_import_error = None  # what an installed CuPy raised on import (the CPU backend serves then)
 try:  # CuPy is an optional dependency.
     import cupy
 except ImportError:  # pragma: no cover - depends on the environment
     cupy = None
+except Exception as error:  # pragma: no cover - a broken installation or environment
+    cupy, _cupy_import_error = None, error
 
 
 def is_cupy_array(x):
@@ -84,6 +87,9 @@ def gpu_status():
     Probed once per process: the device count, then a tiny computation, so that a broken
     driver or an unusable device is reported here rather than in the first op.
     """
+    if _cupy_import_error is not None:
+        error = _cupy_import_error
+        return False, f"importing CuPy raised {type(error).__name__}: {first_line(error)}"
     if cupy is None:
         return False, "CuPy is not installed"
     try:

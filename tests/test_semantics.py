@@ -3,6 +3,9 @@ untouched inputs, out=, sparse-matrix graphs and their edge order."""
 
 import inspect
 import math
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -663,6 +666,24 @@ def test_sparse_spmm_uses_data_when_weights_none(xp, fmt):
 
 
 # ------------------------------------------------------------------ devices
+
+
+def test_a_cupy_that_fails_to_import_leaves_the_cpu_backend(tmp_path):
+    """An installed CuPy whose import raises something other than ImportError (a broken
+    installation, a bad CUPY_CACHE_DIR) made ``import cupy_csrattn`` fail: the CPU backend
+    serves, and gpu_status says what CuPy raised."""
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text("raise RuntimeError('CUPY_CACHE_DIR is not a directory')\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root, os.environ.get("PYTHONPATH", "")]))
+    code = (
+        "import numpy as np, cupy_csrattn as ca; g = ca.CSRGraph([0, 2], [0, 1]);"
+        "print(ca.edge_softmax(g, np.zeros(2)).tolist(), ca.backend.gpu_status())"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    reason = "importing CuPy raised RuntimeError: CUPY_CACHE_DIR is not a directory"
+    assert result.stdout.strip() == f"[0.5, 0.5] (False, '{reason}')"
 
 
 def test_gpu_graph_with_numpy_inputs_computes_on_gpu(xp):
