@@ -90,6 +90,10 @@ def test_version(capsys):
         (["bench", "--graph", "rmat:x"], "bad graph spec"),
         (["bench", "--graph", "uniform:10"], "uniform:N,DEG"),
         (["bench", "--graph", "/no/such/graph.mtx"], "/no/such/graph.mtx"),
+        (["bench", "--graph", "rmat:3_0"], "bad graph spec 'rmat:3_0'"),  # was int("3_0"): scale 30
+        (["bench", "--graph", "uniform:+5,2"], "bad graph spec"),
+        (["bench", "--graph", os.path.dirname(__file__)], "is not a file (a directory?)"),  # was IsADirectoryError
+        (["bench", "--graph", "uniform:10,2", "--out", ""], "--out: an empty path"),  # was taken as no --out
     ],
 )
 def test_usage_errors_exit_2_with_one_line(capsys, args, fragment):
@@ -269,7 +273,13 @@ def test_check_compiles_every_specialization_through_nvrtc(capsys, monkeypatch, 
 
 
 class FakeNvrtc:
-    """What kernels.check_arch asks of NVRTC."""
+    """What kernels.check_arch asks of NVRTC: its architectures, and whether a program
+    compiles for one (the variants it has: sm_90a, sm_100a, sm_100f)."""
+
+    VARIANTS = ("sm_90a", "sm_100a", "sm_100f")
+
+    class NVRTCError(Exception):
+        pass
 
     @staticmethod
     def getSupportedArchs():
@@ -279,8 +289,22 @@ class FakeNvrtc:
     def getVersion():
         return (12, 9)
 
+    @staticmethod
+    def createProgram(source, name, headers, include_names):
+        return object()
 
-@pytest.mark.parametrize("arch", ["sm_1", "sm_91", "90", "compute_90", "sm_90b", "SM_90", ""])
+    @classmethod
+    def compileProgram(cls, program, options):
+        arch = options[0].removeprefix("-arch=")
+        if arch[-1] in "af" and arch not in cls.VARIANTS:
+            raise cls.NVRTCError("NVRTC_ERROR_COMPILATION (6)")
+
+    @staticmethod
+    def destroyProgram(program):
+        pass
+
+
+@pytest.mark.parametrize("arch", ["sm_1", "sm_91", "90", "compute_90", "sm_90b", "SM_90", "", "sm_090"])
 def test_check_refuses_an_arch_nvrtc_does_not_compile_for(capsys, monkeypatch, arch):
     """A usage error (exit 2) naming --arch and what NVRTC supports, before any work."""
     monkeypatch.setattr(kernels, "_nvrtc", lambda: FakeNvrtc)
@@ -291,6 +315,18 @@ def test_check_refuses_an_arch_nvrtc_does_not_compile_for(capsys, monkeypatch, a
     assert status == 2 and out == "" and not checked
     supported = "sm_75, sm_80, sm_90, sm_100 (what NVRTC 12.9 compiles for)"
     assert f"--arch: arch must be one of {supported}, got {arch!r}" in err
+
+
+@pytest.mark.parametrize("arch", ["sm_80a", "sm_80f", "sm_90f"])
+def test_check_refuses_a_variant_nvrtc_does_not_have(capsys, monkeypatch, arch):
+    """sm_80 exists, sm_80a does not: found by compiling an empty kernel for it, before any work
+    (every kernel was compiled and reported as failed)."""
+    monkeypatch.setattr(kernels, "_nvrtc", lambda: FakeNvrtc)
+    compiled = []
+    monkeypatch.setattr(kernels, "compile_for_arch", lambda *args: compiled.append(args))
+    status, out, err = run_main(capsys, "check", "--cpu", "--quick", "--arch", arch)
+    assert status == 2 and out == "" and not compiled
+    assert f"--arch: arch {arch!r}: NVRTC 12.9 has no {arch[-1]!r} variant of {arch[:-1]}" in err
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100f"])

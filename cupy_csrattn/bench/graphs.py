@@ -7,6 +7,7 @@ and parses the graph specs given on the command line.
 
 import os
 import pathlib
+import re
 
 import numpy as np
 
@@ -86,16 +87,14 @@ def graph_from_spec(spec):
     Raises
     ------
     ValueError
-        A malformed ``rmat:``/``uniform:`` spec.
+        A malformed ``rmat:``/``uniform:`` spec, or a path that is not a file.
     FileNotFoundError
         A file spec that does not exist.
     """
     kind, _, rest = spec.partition(":")
     if ":" in spec and kind in ("rmat", "uniform"):
-        try:
-            numbers = [int(part) for part in rest.split(",")]
-        except ValueError:
-            numbers = None
+        parts = rest.split(",")
+        numbers = [int(part) for part in parts] if all(re.fullmatch(r"[0-9]+", part) for part in parts) else None
         if (
             kind == "rmat"
             and numbers
@@ -114,6 +113,8 @@ def graph_from_spec(spec):
         raise ValueError(f"bad graph spec {spec!r}: expected {usage}")
     if not os.path.exists(spec):
         raise FileNotFoundError(2, "No such graph file (expected a file, rmat:SCALE or uniform:N,DEG)", spec)
+    if not os.path.isfile(spec):
+        raise ValueError(f"{spec!r} is not a file (a directory?): expected a graph file, rmat:SCALE or uniform:N,DEG")
     stem = pathlib.Path(spec).name
     for suffix in FILE_SUFFIXES:
         if stem.endswith(suffix):

@@ -106,6 +106,8 @@ def check_out_dir(path):
     """Create the --out directory and write (then remove) a small file in it, before anything
     is timed: a directory that cannot be made or written is a usage error naming --out, at
     once instead of after the whole benchmark."""
+    if not path:
+        raise UsageError(f"{PROG} bench: error: --out: an empty path")
     existed = os.path.isdir(path)
     if os.path.exists(path) and not existed:
         raise UsageError(f"{PROG} bench: error: --out {path}: exists and is not a directory")
@@ -138,7 +140,7 @@ def cmd_bench(args):
     ops = args.ops or list(bm.BENCH_OPS)
     cases = bm.make_cases(ops, args.dtype, args.heads, args.features)
     repeat = args.repeat or (20 if on_gpu else 5)
-    if args.out:
+    if args.out is not None:
         check_out_dir(args.out)  # before anything is timed
     if on_gpu:
         device = bm.GpuDevice(repeat)
@@ -168,7 +170,7 @@ def cmd_bench(args):
         records, skipped = bm.run_cases(graphs, cases, device, bandwidth, pyg, on_graph=on_graph, on_case=on_case)
     print()
     print(bm.format_table(records, skipped))
-    if not args.out:
+    if args.out is None:
         print("\nno --out given: results not written (--out DIR writes JSON and plots)")
         return 0
     date = time.strftime("%Y-%m-%d")

@@ -61,10 +61,8 @@ def cmd_check(args):
     else:
         if not args.no_compile:
             _check_arch(args.arch)
-        print(
-            f"No usable GPU ({reason}): the CPU backend is used. Checking that the kernels compile "
-            f"through NVRTC for {args.arch}, then the CPU backend against a naive float64 reference."
-        )
+        compiled = "" if args.no_compile else f"that the kernels compile through NVRTC for {args.arch}, then "
+        print(f"The CPU backend ({reason}). Checking {compiled}the CPU backend against a naive float64 reference.")
         if args.no_compile:
             print("kernel compilation not checked (--no-compile)")
         else:

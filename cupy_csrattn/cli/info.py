@@ -196,7 +196,7 @@ def cmd_info(args):
     if info["gpu_usable"]:
         print("Backend      CuPy arrays run on the GPU; NumPy arrays on the CPU backend")
     else:
-        print(f"Backend      no usable GPU ({info['gpu_reason']}): the CPU backend is used")
+        print(f"Backend      the CPU backend ({info['gpu_reason']})")
     _print_kernels(info["kernels"], info["kernel_cache"])
     return 0
 

@@ -246,14 +246,29 @@ def compile_for_arch(family, dtype, index_dtype, arch, extra_options=()):
 
 def check_arch(arch):
     """ValueError unless ``arch`` is an architecture NVRTC compiles machine code for:
-    ``"sm_"``, a number that NVRTC supports, and optionally ``"a"`` or ``"f"`` (``"sm_90a"``).
+    ``"sm_"``, a number that NVRTC supports, and optionally ``"a"`` or ``"f"`` where NVRTC
+    has that variant (``"sm_90a"``, not ``"sm_80a"``: an empty kernel compiled for it says).
     RuntimeError when NVRTC cannot be loaded."""
-    supported = tuple(_nvrtc().getSupportedArchs())
-    match = re.fullmatch(r"sm_(\d+)[af]?", arch) if isinstance(arch, str) else None
+    nvrtc = _nvrtc()
+    supported = tuple(nvrtc.getSupportedArchs())
+    match = re.fullmatch(r"sm_([1-9]\d*)([af]?)", arch) if isinstance(arch, str) else None
     if match is None or int(match[1]) not in supported:
-        version = ".".join(str(v) for v in nvrtc_version())
         names = ", ".join(f"sm_{n}" for n in supported)
-        raise ValueError(f"arch must be one of {names} (what NVRTC {version} compiles for), got {arch!r}")
+        raise ValueError(f"arch must be one of {names} (what NVRTC {_version()} compiles for), got {arch!r}")
+    if match[2]:
+        program = nvrtc.createProgram('extern "C" __global__ void probe() {}', "probe.cu", [], [])
+        try:
+            nvrtc.compileProgram(program, [f"-arch={arch}"])
+        except nvrtc.NVRTCError:
+            variant = f"no {match[2]!r} variant of sm_{match[1]}"
+            raise ValueError(f"arch {arch!r}: NVRTC {_version()} has {variant}") from None
+        finally:
+            nvrtc.destroyProgram(program)
+
+
+def _version():
+    """NVRTC's version as text ("13.5")."""
+    return ".".join(str(v) for v in nvrtc_version())
 
 
 def nvrtc_version():
