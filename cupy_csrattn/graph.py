@@ -167,9 +167,9 @@ class CSRGraph:
     def from_scipy(cls, matrix, *, check="full", copy=True):
         """Graph of a scipy.sparse or cupyx.scipy.sparse matrix (CSR, CSC or COO), row i = destination i.
 
-        Duplicate entries stay distinct edges. For CSC and COO the graph's edge ``e`` is the
-        matrix's stored entry ``perm[e]`` (see ``from_edge_index``); ops given the matrix
-        itself take and return edge arrays in the matrix's stored order. ``check`` and
+        Duplicate entries stay distinct edges. For CSC and COO the graph's edges are the
+        matrix's stored entries sorted stably by row (``from_edge_index``'s order); ops given
+        the matrix itself take and return edge arrays in the matrix's stored order. ``check`` and
         ``copy`` as for CSRGraph (with copy=False a CSR matrix's indptr and indices are
         shared, and the matrix's structure must not change afterwards); CSC and COO
         structures are always checked and converted into new arrays.

@@ -102,9 +102,9 @@ def gatv2_attention_backward(graph, x_dst, x_src, att, out, grad_out, lse, *, ne
     ----------
     graph : CSRGraph, scipy/cupyx sparse matrix or (indptr, indices[, num_src])
     x_dst, x_src, att : float arrays, shaped as for gatv2_attention
-    out : (num_dst, [H,] D) float array, the forward's output
-    grad_out : (num_dst, [H,] D) float array
-    lse : (num_dst, [*S]) float array, the forward's log-sum-exp
+    out : (num_dst, *S, D) float array, the forward's output
+    grad_out : (num_dst, *S, D) float array
+    lse : (num_dst, *S) float array, the forward's log-sum-exp
     negative_slope : float
 
     Returns
