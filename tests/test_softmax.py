@@ -9,7 +9,7 @@ import cupy_csrattn.testing.reference as ref
 from cupy_csrattn.testing.arrays import make_graph, to_xp
 from cupy_csrattn.testing.cases import CASE_BY_NAME, check_case
 from cupy_csrattn.testing.compare import check_result, to_np
-from cupy_csrattn.testing.graphs import hub, named_graph
+from cupy_csrattn.testing.graphs import from_rows, hub, named_graph
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -61,3 +61,42 @@ def test_out_poisoned(xp, H):
     got = ca.edge_softmax(make_graph(xp, graph), to_xp(xp, scores), out=out)
     assert got is out
     check_result(xp, out, ref.edge_softmax(graph.indptr, scores)[0], np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_out_of_range_scores_on_long_rows(xp, dtype):
+    """Scores whose unshifted exps overflow or vanish, on rows longer than the exactly sized
+    row bins of the CPU's row maximum (16 edges) and a hub row: a row with one huge score,
+    one holding -inf, one all -inf, one of only far-negative scores, against the reference.
+    The row bins' padding slots (rows of 23 and 600 edges) must not count in a row's maximum."""
+    rows = [[0] * 17, [1] * 40, [2] * 23, [0, 1] * 9, [], [3] * 600, [1] * 5]
+    graph = from_rows(rows, 4)
+    rng = np.random.default_rng(7)
+    scores = rng.standard_normal((len(graph.indices), 2))
+    starts = graph.indptr
+    scores[0, 0] = 1000.0  # exp overflows: its row is one-hot in head 0 (edge 0: see the row bins' padding)
+    scores[starts[1] : starts[1] + 25, 1] = -np.inf
+    scores[starts[2] : starts[3], :] = -np.inf  # zero weights, lse -inf
+    scores[starts[3] : starts[4], :] -= 800.0  # every exp underflows
+    scores = scores.astype(dtype)
+    g = make_graph(xp, graph)
+    expected, expected_lse = ref.edge_softmax(graph.indptr, scores)
+    check_result(xp, ca.edge_softmax(g, to_xp(xp, scores)), expected, dtype, equal_nan=True)
+    values = rng.standard_normal((4, 2, 3)).astype(dtype)
+    out, lse = ca.attention_aggregate(g, to_xp(xp, scores), to_xp(xp, values), return_lse=True)
+    check_result(xp, lse, expected_lse, dtype)
+    check_result(xp, out, ref.attention_aggregate(graph.indptr, graph.indices, scores, values)[0], dtype)
+
+
+@pytest.mark.parametrize("dtype, low", [(np.float32, -87.0), (np.float64, -708.0)])
+def test_small_probabilities_are_accurate_to_their_own_size(xp, dtype, low):
+    """Scores near the bottom of exp's range: the smallest weights' exps are subnormal
+    unshifted, so each weight must still be right relative to itself, not only to the row's
+    largest (which the usual tolerance scales by)."""
+    graph = from_rows([[0, 1, 2, 3], [1] * 20], 4)
+    offsets = np.array([0.0, -8.0, -13.0, -16.0] + [-0.75 * j for j in range(20)])
+    scores = np.stack([low + offsets, low + offsets + 0.5], axis=1).astype(dtype)
+    got = to_np(ca.edge_softmax(make_graph(xp, graph), to_xp(xp, scores)))
+    expected = ref.edge_softmax(graph.indptr, scores)[0]
+    assert (expected > 0).all()
+    np.testing.assert_allclose(got, expected, rtol=8 * np.finfo(dtype).eps, atol=0)
