@@ -184,3 +184,37 @@ def test_edge_terms_take_part_in_promotion(xp, op, edge_dtype, node_dtype):
     assert all(grad.dtype == np.float64 for grad in grads)
     expected = getattr(ref, op)(graph.indptr, graph.indices, *nodes, **{keyword: edge})
     assert_close(out, expected[0], np.float32)  # at the tolerance of the float32 input's rounding
+    grad_out = to_np(out)  # the output as its own gradient, as above
+    expected = getattr(ref, op + "_backward")(graph.indptr, graph.indices, *nodes, grad_out, **{keyword: edge})
+    assert len(grads) == len(expected)
+    for grad, want in zip(grads, expected):
+        assert_close(grad, want, np.float32)
+
+
+def test_graph_attention_without_query_features(xp):
+    """D = 0 with the default scale (1 / sqrt(D) is no number there): every score is 0, so
+    each row's output is the plain mean of its neighbours' values and its lse log(degree);
+    the backward's gradients are those of that mean (grad_q and grad_k empty)."""
+    graph = named_graph("zero_degree_rows")
+    rng = np.random.default_rng(12)
+    degrees = np.diff(graph.indptr)
+    q = np.zeros((len(degrees), 2, 0))
+    k = np.zeros((graph.num_src, 2, 0))
+    v = rng.standard_normal((graph.num_src, 2, 3))
+    g = make_graph(xp, graph)
+    out, lse = ca.graph_attention(g, to_xp(xp, q), to_xp(xp, k), to_xp(xp, v), return_lse=True)
+    rows = np.repeat(np.arange(len(degrees)), degrees)
+    sums = np.zeros((len(degrees), 2, 3))
+    np.add.at(sums, rows, v[graph.indices])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(degrees[:, None, None] > 0, sums / degrees[:, None, None], 0.0)
+        check_result(xp, out, mean, np.float64)
+        check_result(xp, lse, np.repeat(np.log(degrees)[:, None], 2, axis=1), np.float64)
+    grad_out = rng.standard_normal(out.shape)
+    grad_q, grad_k, grad_v = ca.graph_attention_backward(
+        g, to_xp(xp, q), to_xp(xp, k), to_xp(xp, v), out, to_xp(xp, grad_out), lse
+    )
+    assert grad_q.shape == q.shape and grad_k.shape == k.shape
+    expected_grad_v = np.zeros_like(v)
+    np.add.at(expected_grad_v, graph.indices, (grad_out / np.maximum(degrees, 1)[:, None, None])[rows])
+    check_result(xp, grad_v, expected_grad_v, np.float64)

@@ -33,6 +33,29 @@ def test_named_graphs(xp, case, name, H, dtype):
     check_case(xp, case, named_graph(name), H, 5, dtype, seed=1)
 
 
+# Cases whose ops take a dot product over the feature axis: sddmm's, graph attention's
+# scores, and every backward's <grad_out, values> terms.
+FEATURE_DOT_CASES = case_params(
+    "sddmm", "sddmm_backward", "spmm_backward", "attention_aggregate_backward",
+    "graph_attention", "graph_attention_backward", "gat_attention_backward",
+    "gatv2_attention", "gatv2_attention_backward",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("case", FEATURE_DOT_CASES)
+def test_features_wider_than_a_dot_product_chunk(xp, case):
+    """300 features: the CPU backend sums feature axes in chunks of 256 (cpu/edge_dots.py)."""
+    check_case(xp, case, named_graph("warp_boundaries"), 2, 300, np.float64, seed=3)
+
+
+@pytest.mark.parametrize("H, F", [(3, 0), ((2, 0), 4), ((0,), 4), (None, 0)], ids=str)
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_zero_sized_axes(xp, case, H, F):
+    """No features, or a trailing shape of size 0: empty results of the right shapes, no
+    division by the feature count (graph attention's default scale 1/sqrt(D))."""
+    check_case(xp, case, named_graph("odd_sizes"), H, F, np.float64, seed=4)
+
+
 # ------------------------------------------------------------------ the op registry
 
 
