@@ -1,6 +1,7 @@
 """Semantics every op shares: empty and -inf rows, NaN isolation, dtypes, promotion,
 untouched inputs, out=, sparse-matrix graphs and their edge order."""
 
+import copy
 import inspect
 import math
 import os
@@ -188,9 +189,10 @@ def _poisoned(a, fill):
 @pytest.mark.parametrize("fill", [INF, -INF, "mixed"], ids=["inf", "-inf", "mixed"])
 @pytest.mark.parametrize("case", case_params())
 def test_non_finite_inputs_raise_no_floating_point_warning(xp, case, fill):
-    """NaN and +-inf in any input give the IEEE results the ops document, on the CPU as on the
-    GPU: no NumPy floating-point warning, and no FloatingPointError under
-    np.errstate(all="raise")."""
+    """NaN and +-inf in any input: no NumPy floating-point warning, and no FloatingPointError
+    under np.errstate(all="raise"), on the CPU as on the GPU; a forward's results are the
+    reference's (the Semantics of the README: a +inf score's row and head NaN, lse too). A
+    backward is given out and lse of finite inputs, which the reference recomputes instead."""
     graph = named_graph("zero_degree_rows")
     args, kwargs = case.make(np.random.default_rng(3), graph, 3, 4, np.float32)
     floats = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
@@ -199,7 +201,11 @@ def test_non_finite_inputs_raise_no_floating_point_warning(xp, case, fill):
         poisoned = tuple(_poisoned(a, fill) if j == i else a for j, a in enumerate(args))
         with warnings.catch_warnings(), np.errstate(all="raise"):
             warnings.simplefilter("error")
-            case.run(make_graph(xp, graph), to_xp(xp, poisoned), kwargs)
+            got = case.run(make_graph(xp, graph), to_xp(xp, poisoned), kwargs)
+        if not case.op.endswith("_backward"):
+            with np.errstate(all="ignore"):
+                expected = case.reference(graph, poisoned, kwargs)
+            check_outputs(xp, case, got, expected, poisoned, kwargs, equal_nan=True)
 
 
 def test_pos_inf_score_gives_nan_in_its_row_and_head(xp):
@@ -329,15 +335,16 @@ def _strided(xp, a):
 def test_inputs_never_modified(xp, case):
     graph = named_graph("unsorted_columns")
     args, kwargs = case.make(np.random.default_rng(10), graph, 3, 4, np.float32)
-    xargs, xkwargs = to_xp(xp, args), to_xp(xp, kwargs)
-    indptr, indices = to_xp(xp, graph.indptr), to_xp(xp, graph.indices)
+    xargs, xkwargs = to_xp(xp, args), to_xp(xp, kwargs)  # on NumPy: the very arrays of args
+    before_args, before_kwargs = copy.deepcopy((args, kwargs))  # what they held before the calls
+    indptr, indices = to_xp(xp, graph.indptr.copy()), to_xp(xp, graph.indices.copy())
     g = ca.CSRGraph(indptr, indices, graph.num_src)
     case.run(g, xargs, xkwargs)
     case.run((indptr, indices, graph.num_src), xargs, xkwargs)
-    for before, after in zip(args, xargs):
+    for before, after in zip(before_args, xargs):
         if before is not None:
             np.testing.assert_array_equal(to_np(after), before)
-    for name, value in kwargs.items():
+    for name, value in before_kwargs.items():
         if isinstance(value, np.ndarray):
             np.testing.assert_array_equal(to_np(xkwargs[name]), value)
     np.testing.assert_array_equal(to_np(indptr), graph.indptr)
@@ -663,6 +670,20 @@ def test_sparse_spmm_uses_data_when_weights_none(xp, fmt):
     values = np.random.default_rng(17).standard_normal((A.shape[1], 3))
     out = ca.spmm(A, None, to_xp(xp, values))
     check_result(xp, out, ref.spmm(graph.indptr, graph.indices, to_np(A.data)[perm], values), np.float64)
+
+
+@pytest.mark.parametrize("data_dtype", [np.bool_, np.int8, np.uint8, np.int64, np.uint64])
+def test_sparse_spmm_of_an_integer_matrix(data_dtype):
+    """An adjacency matrix of bool or (unsigned) integers weights like A @ X: its data take the
+    dtype of the values."""
+    import scipy.sparse
+
+    A = scipy.sparse.random_array((6, 5), density=0.5, format="csr", rng=18)
+    A.data = np.arange(1, A.nnz + 1).astype(data_dtype)
+    values = np.random.default_rng(18).standard_normal((5, 3)).astype(np.float32)
+    out = ca.spmm(A, None, values)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, A.astype(np.float64) @ values, rtol=1e-6)
 
 
 # ------------------------------------------------------------------ devices

@@ -12,7 +12,8 @@ indices[e] to destination d.
 Semantics (from the contract): softmax subtracts the row max; an empty row gives
 zero output and lse -inf; a row whose scores are all -inf gives zero weights and
 lse -inf; a NaN score makes its whole row and head NaN; a +inf score makes its row
-and head NaN (as scipy.special.softmax) with lse +inf.
+and head NaN (as scipy.special.softmax), its lse included. Sums of terms holding both
++inf and -inf are NaN, as IEEE addition gives (math.fsum would raise).
 """
 
 import math
@@ -60,6 +61,15 @@ def _ints(indices):
     return [int(s) for s in indices]
 
 
+def _fsum(terms):
+    """math.fsum, or the IEEE sum (NaN) where the terms hold +inf and -inf (fsum raises)."""
+    terms = list(terms)
+    try:
+        return math.fsum(terms)
+    except (ValueError, OverflowError):
+        return float(sum(terms))
+
+
 def softmax_row(scores):
     """Softmax and log-sum-exp of one row's scores for one head, as Python floats."""
     scores = [float(x) for x in scores]
@@ -71,9 +81,9 @@ def softmax_row(scores):
     if top == NEG_INF:
         return [0.0] * len(scores), NEG_INF
     if top == math.inf:
-        return [math.nan] * len(scores), math.inf
+        return [math.nan] * len(scores), math.nan
     exps = [math.exp(x - top) for x in scores]
-    total = math.fsum(exps)
+    total = _fsum(exps)
     return [x / total for x in exps], top + math.log(total)
 
 
@@ -121,7 +131,7 @@ def edge_softmax_backward(indptr, probs, grad_probs, indices=None, norm_by="dst"
     grad = np.zeros_like(p)
     for edges in _groups(indptr, indices, norm_by):
         for h in range(p.shape[1]):
-            dot = math.fsum(p[e, h] * g[e, h] for e in edges)
+            dot = _fsum(p[e, h] * g[e, h] for e in edges)
             for e in edges:
                 grad[e, h] = p[e, h] * (g[e, h] - dot)
     return _unflatten(grad, heads)
@@ -182,7 +192,7 @@ def sddmm(indptr, indices, dst_feat, src_feat, op="dot", scale=1.0):
         for h in range(a.shape[1]):
             for e in range(start, stop):
                 if op == "dot":
-                    out[e, h] = scale * math.fsum(a[d, h] * b[src[e], h])
+                    out[e, h] = scale * _fsum(a[d, h] * b[src[e], h])
                 else:
                     out[e, h] = a[d, h] + b[src[e], h]
     return _unflatten(out, heads)
@@ -239,7 +249,7 @@ def attention_aggregate_backward(indptr, indices, scores, values, grad_out):
         for h in range(v.shape[1]):
             p, _ = softmax_row(s[start:stop, h])
             grad_p = [float(np.dot(go[d, h], v[src[e], h])) for e in range(start, stop)]
-            dot = math.fsum(pj * gj for pj, gj in zip(p, grad_p))
+            dot = _fsum(pj * gj for pj, gj in zip(p, grad_p))
             for j, e in enumerate(range(start, stop)):
                 grad_s[e, h] = p[j] * (grad_p[j] - dot)
                 grad_v[src[e], h] += p[j] * go[d, h]
@@ -333,7 +343,7 @@ def _gatv2_scores(indptr, indices, xd, xs, a, negative_slope):
         for h in range(xd.shape[1]):
             for e in range(start, stop):
                 z = xd[d, h] + xs[src[e], h]
-                scores[e, h] = math.fsum(a[h, k] * leaky_relu(z[k], negative_slope) for k in range(len(z)))
+                scores[e, h] = _fsum(a[h, k] * leaky_relu(z[k], negative_slope) for k in range(len(z)))
     return scores
 
 
