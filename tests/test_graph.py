@@ -114,7 +114,7 @@ def test_mixed_index_dtypes(xp):
 def test_default_num_src_covers_every_index(xp):
     graph = from_rows([[4, 1], [], [0, 2, 4]], num_src=5)
     g = CSRGraph(to_xp(xp, graph.indptr), to_xp(xp, graph.indices))
-    assert g.num_src >= 5 and g.num_dst == 3
+    assert g.num_src == 5 and g.num_dst == 3  # the largest index + 1
 
 
 @pytest.mark.parametrize("name", SMALL_GRAPH_NAMES + ["hub"])
@@ -161,7 +161,9 @@ def test_from_edge_index_stable_order(xp):
     np.testing.assert_array_equal(to_np(perm), [1, 4, 3, 0, 2, 5])
     np.testing.assert_array_equal(to_np(g.indptr), [0, 2, 3, 6])
     np.testing.assert_array_equal(to_np(g.indices), [1, 4, 0, 5, 3, 5])
-    assert g.num_dst == 3 and g.num_src >= 6
+    assert g.num_dst == 3 and g.num_src == 6
+    g, _ = CSRGraph.from_edge_index(to_xp(xp, np.array([1, 0])), to_xp(xp, np.array([4, 2])))
+    assert g.shape == (5, 2)  # each side's largest id + 1, not one count for both
 
 
 def test_from_edge_index_larger_num_dst(xp):
