@@ -218,3 +218,24 @@ def test_graph_attention_without_query_features(xp):
     expected_grad_v = np.zeros_like(v)
     np.add.at(expected_grad_v, graph.indices, (grad_out / np.maximum(degrees, 1)[:, None, None])[rows])
     check_result(xp, grad_v, expected_grad_v, np.float64)
+
+
+@pytest.mark.parametrize("op", ["graph_attention", "gat_attention"])
+def test_edge_data_with_a_misaligned_view(xp, op):
+    """Inputs one element into their buffers with edge data and heads of 64 (too wide for the
+    head-span kernels' element-by-element loads at that address): the GPU ran the heads as
+    one chunk of the array itself and recursed without end; now on aligned copies."""
+    graph = named_graph("odd_sizes")
+    rng = np.random.default_rng(13)
+    nodes, keyword, edge = _edge_inputs(rng, graph, op, 4, 64)
+
+    def misaligned(x):
+        flat = xp.zeros(x.size + 1, dtype=np.float32)
+        flat[1:] = to_xp(xp, x.astype(np.float32).ravel())
+        return flat[1:].reshape(x.shape)
+
+    nodes, edge = tuple(x.astype(np.float32) for x in nodes), edge.astype(np.float32)
+    g = make_graph(xp, graph)
+    got = getattr(ca, op)(g, *(misaligned(x) for x in nodes), **{keyword: misaligned(edge)})
+    expected = getattr(ref, op)(graph.indptr, graph.indices, *nodes, **{keyword: edge})[0]
+    check_result(xp, got, expected, np.float32)

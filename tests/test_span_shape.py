@@ -1,6 +1,7 @@
 """Which fused attention shapes run on the head-span kernels (gpu/attention.py: _span_shape),
 without a GPU: arrays stand in with an address and an item size."""
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -71,3 +72,54 @@ def test_span_shape_without_edge_groups():
     assert _span_shape(8, 16, 16, halves, groups=False) == (4, 4, 1)
     assert _span_shape(1, 64, 64, ALIGNED, groups=False) == (32, 4, 1)
     assert _span_shape(32, 16, 16, ALIGNED, groups=False) == (1, 4, 4)
+
+
+class _StandIn:
+    """A device array as the head chunking sees it: shape, dtype, address; a slice of heads is
+    a view at its offset; writes go nowhere."""
+
+    def __init__(self, shape, dtype, address, contiguous=True):
+        self.shape, self.ndim, self.dtype = shape, len(shape), np.dtype(dtype)
+        self.data = SimpleNamespace(ptr=address)
+        self.contiguous = contiguous
+
+    def __getitem__(self, index):
+        heads = index[1]
+        offset = heads.start * math.prod(self.shape[2:]) * self.dtype.itemsize
+        shape = (self.shape[0], heads.stop - heads.start, *self.shape[2:])
+        return _StandIn(shape, self.dtype, self.data.ptr + offset, contiguous=shape == self.shape)
+
+    def __setitem__(self, index, value):
+        pass
+
+
+@pytest.mark.parametrize("dtype, heads, width", [(np.float16, 8, 64), (np.float32, 4, 64), (np.float16, 1, 512)])
+def test_edge_data_with_a_misaligned_input_runs_on_aligned_copies(monkeypatch, dtype, heads, width):
+    """q a view one element into its buffer: its heads do not fit the head-span kernels at that
+    address, while aligned copies of all of them do. The chunk of every head was the array
+    itself (ascontiguousarray returns a contiguous array as it is): the call recursed until
+    RecursionError. Copies are new arrays now, and the kernels run once, on them."""
+    from cupy_csrattn import backend
+    from cupy_csrattn.gpu import attention
+
+    addresses = iter(range(1 << 20, 1 << 30, 1 << 20))  # a pool's blocks: aligned
+
+    def new_like(x, order="C"):
+        assert order == "C"
+        return _StandIn(x.shape, x.dtype, next(addresses))
+
+    def contiguous(x):  # as CuPy's: a contiguous array as it is
+        return x if x.contiguous else new_like(x)
+
+    fake = SimpleNamespace(array=new_like, empty_like=new_like, ascontiguousarray=contiguous)
+    monkeypatch.setattr(backend, "cupy", fake)
+    launched = []
+    monkeypatch.setattr(attention, "run_span", lambda stage, shape, *args, **kw: launched.append((stage, shape, args)))
+    monkeypatch.setattr(attention, "run_row_kernels", lambda *args, **kw: launched.append(("row kernels",)))
+    itemsize = np.dtype(dtype).itemsize
+    q = _StandIn((10, heads, width), dtype, (1 << 12) + itemsize)
+    k, v, out = (_StandIn((10, heads, width), dtype, (j + 2) << 12) for j in range(3))
+    lse, edge = _StandIn((10, heads), np.float32, 5 << 12), _StandIn((20, heads, width), dtype, 6 << 12)
+    attention.graph_attention(None, q, k, v, 0.125, out, lse, edge_feat=edge)
+    assert len(launched) >= 1 and all(stage == "forward" and shape is not None for stage, shape, _ in launched)
+    assert all(x.data.ptr % 16 == 0 for _, _, args in launched for x in args if isinstance(x, _StandIn))

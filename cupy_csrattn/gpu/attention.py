@@ -135,14 +135,15 @@ def _heads(x, heads_of, copy):
 
 
 def _over_head_chunks(run, chunk, inputs, outputs):
-    """run(**inputs, **outputs) on contiguous copies of ``chunk`` heads at a time (axis 1 of
-    every array), each chunk's outputs copied into its heads of ``outputs`` (None entries
-    stay None)."""
+    """run(**inputs, **outputs) on new contiguous copies of ``chunk`` heads at a time (axis 1
+    of every array), each chunk's outputs copied into its heads of ``outputs`` (None entries
+    stay None). Always new: a chunk of every head is the array itself, whose address may be
+    what kept it off the head-span kernels (_head_chunk counts on aligned copies)."""
     replay.other_work("heads are run in chunks")
     heads = next(x for x in outputs.values() if x is not None).shape[1]
     for start in range(0, heads, chunk):
         heads_of = slice(start, min(start + chunk, heads))
-        part_in = {name: _heads(x, heads_of, backend.cupy.ascontiguousarray) for name, x in inputs.items()}
+        part_in = {name: _heads(x, heads_of, partial(backend.cupy.array, order="C")) for name, x in inputs.items()}
         part_out = {
             name: _heads(x, heads_of, partial(backend.cupy.empty_like, order="C")) for name, x in outputs.items()
         }
@@ -167,7 +168,7 @@ def _head_chunks(a, b, v, *others, edge, edge_name):
     """Heads per launch for edge data (see _head_chunk), or None where the whole op fits the
     head-span kernels or has no edge data; a ValueError naming ``edge_name`` where one head
     is too wide for them."""
-    if edge is None or span_for("forward", a, b, v, *others, edge=edge) is not None:
+    if edge is None or v.shape[1] == 0 or span_for("forward", a, b, v, *others, edge=edge) is not None:
         return None
     depth, features = a.shape[2] if a.ndim == 3 else 0, v.shape[2]
     chunk, widest = _head_chunk(v.shape[1], depth, features, v.dtype.itemsize)
