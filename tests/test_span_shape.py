@@ -123,3 +123,12 @@ def test_edge_data_with_a_misaligned_input_runs_on_aligned_copies(monkeypatch, d
     attention.graph_attention(None, q, k, v, 0.125, out, lse, edge_feat=edge)
     assert len(launched) >= 1 and all(stage == "forward" and shape is not None for stage, shape, _ in launched)
     assert all(x.data.ptr % 16 == 0 for _, _, args in launched for x in args if isinstance(x, _StandIn))
+
+
+def test_zero_heads_with_edge_data_take_no_chunks():
+    """No heads: nothing to chunk (the chunk size was 1 << -1, a ValueError)."""
+    from cupy_csrattn.gpu.attention import _head_chunks
+
+    q, k, v = (_StandIn((10, 0, 1024), np.float32, j << 12) for j in (1, 2, 3))
+    edge = _StandIn((20, 0, 1024), np.float32, 4 << 12)
+    assert _head_chunks(q, k, v, edge=edge, edge_name="edge_feat") is None
