@@ -206,6 +206,18 @@ def mismatch(name, got, want):
     return None
 
 
+def fused_backward(name, inputs, grad_out, **kwargs):
+    """The call of fused backward op ``name`` on the arrays named ``inputs``, the out and lse of
+    its forward's earlier call (``prev``) and the gradient named ``grad_out``."""
+    forward = name.removesuffix("_backward")
+
+    def call(g, a, prev):
+        out, lse = prev[forward]
+        return getattr(ca, name)(g, *(a[x] for x in inputs), out, a[grad_out], lse, **kwargs)
+
+    return call
+
+
 def timed(call, repeats, synchronize=None):
     """(result of the first call, best wall time in seconds over `repeats` calls)."""
     best, result = np.inf, None
@@ -338,16 +350,7 @@ def main(argv=None):
         ),
         (
             "graph_attention_backward",
-            lambda g, a, prev: ca.graph_attention_backward(
-                g,
-                a["q"],
-                a["k"],
-                a["values"],
-                prev["graph_attention"][0],
-                a["grad_out"],
-                prev["graph_attention"][1],
-                scale=scale,
-            ),
+            fused_backward("graph_attention_backward", ("q", "k", "values"), "grad_out", scale=scale),
             lambda: ref.graph_attention_backward(f64["q"], f64["k"], f64["values"], f64["grad_out"], scale),
         ),
         (
@@ -359,16 +362,7 @@ def main(argv=None):
         ),
         (
             "gat_attention_backward",
-            lambda g, a, prev: ca.gat_attention_backward(
-                g,
-                a["a_dst"],
-                a["a_src"],
-                a["values"],
-                prev["gat_attention"][0],
-                a["grad_out"],
-                prev["gat_attention"][1],
-                negative_slope=slope,
-            ),
+            fused_backward("gat_attention_backward", ("a_dst", "a_src", "values"), "grad_out", negative_slope=slope),
             lambda: ref.gat_attention_backward(f64["a_dst"], f64["a_src"], f64["values"], f64["grad_out"], slope),
         ),
         (
@@ -380,16 +374,7 @@ def main(argv=None):
         ),
         (
             "gatv2_attention_backward",
-            lambda g, a, prev: ca.gatv2_attention_backward(
-                g,
-                a["x_dst"],
-                a["x_src"],
-                a["att"],
-                prev["gatv2_attention"][0],
-                a["grad_out_d"],
-                prev["gatv2_attention"][1],
-                negative_slope=slope,
-            ),
+            fused_backward("gatv2_attention_backward", ("x_dst", "x_src", "att"), "grad_out_d", negative_slope=slope),
             lambda: ref.gatv2_attention_backward(f64["x_dst"], f64["x_src"], f64["att"], f64["grad_out_d"], slope),
         ),
     ]
