@@ -40,7 +40,7 @@ def check_count(name, value, minimum=0):
 def check_product(names, *counts):
     """ValueError naming ``names`` when the product of ``counts`` (checked counts) exceeds MAX_COUNT."""
     if math.prod(counts) > MAX_COUNT:
-        raise ValueError(f"{names} = {math.prod(counts)} is more than 2**62, more than 64-bit indices can address")
+        raise ValueError(f"{names} = {math.prod(counts)} is more than 2**62, the most a generator makes")
 
 
 def check_real(name, value, low=None, high=None):
