@@ -82,7 +82,7 @@ def test_uniform_bad_arguments():
         ("uniform_graph", (0, 2**63), {}, "degree must be at most 2\\*\\*62"),  # was OverflowError
         ("uniform_graph", (10**23, 1), {}, "num_nodes must be at most"),
         ("uniform_graph", (3, 1), {"num_src": 10**23}, "num_src must be at most"),  # was "high is out of bounds"
-        ("uniform_graph", (2**40, 2**40), {}, "num_nodes \\* degree = .* more than 2\\*\\*62, the most a generator makes"),
+        ("uniform_graph", (2**40, 2**40), {}, "num_nodes \\* degree = .* the most a generator makes"),
         ("rmat_graph", (2, 2**62), {}, "edge_factor \\* 2\\*\\*scale = "),  # was "Maximum allowed dimension exceeded"
         ("contextual_sbm", (4, 1), {"num_features": 10**23}, "num_features must be at most"),
         ("contextual_sbm", (4, 1), {"num_features": 2**61}, "num_nodes \\* num_features = "),
