@@ -167,3 +167,29 @@ def test_block_rows_pack_into_blocks_where_they_fit(monkeypatch):
     small = got_rows[5:]
     assert offsets[5:8] == [0, 22, 38]  # rows 2 (21 elements), 5 (15), 7 (3): even offsets
     assert small[:3] == [2, 5, 7]
+
+
+def test_sddmm_rows_beyond_int32_take_int64_kernels():
+    """The sddmm kernels read each edge's row as the graph's index type: a graph of int32
+    indices and more than 2**31 rows (most of them empty) wrapped its row numbers to negative
+    ones. Its row numbers and indices go to the int64 kernels instead; other graphs keep theirs."""
+    from types import SimpleNamespace
+
+    from cupy_csrattn.gpu.derived import edge_ends
+
+    def stand_in(num_dst, rows):
+        cache = {}
+        return SimpleNamespace(
+            num_dst=num_dst,
+            index_dtype=np.dtype(np.int32),
+            indices=np.array([0, 1], np.int32),
+            row_of_edge=lambda: np.array(rows, np.int64 if num_dst > 2**31 else np.int32),
+            cached=lambda key, build: cache[key] if key in cache else cache.setdefault(key, build()),
+        )
+
+    dtype, rows, indices = edge_ends(stand_in(2**31 + 5, [3, 2**31 + 4]))
+    assert dtype == np.int64 and rows.dtype == indices.dtype == np.int64
+    assert rows.tolist() == [3, 2**31 + 4] and indices.tolist() == [0, 1]
+    graph = stand_in(2**31, [0, 2**31 - 1])  # row 2**31 - 1 fits int32
+    dtype, rows, indices = edge_ends(graph)
+    assert dtype == np.int32 and rows.dtype == np.int32 and indices is graph.indices

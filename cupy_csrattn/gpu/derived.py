@@ -5,9 +5,18 @@ import numpy as np
 from cupy_csrattn import backend
 
 
-def row_of_edge(graph):
-    """(E,) row of each edge in the graph's index dtype (the sddmm kernels' idx_t)."""
-    return graph.cached("gpu_row_of_edge", lambda: graph.row_of_edge().astype(graph.index_dtype, copy=False))
+def edge_ends(graph):
+    """(index dtype, row_of_edge, indices) for the sddmm kernels, which take both as idx_t:
+    the graph's own index dtype and indices where its row numbers fit that dtype; else (more
+    than 2**31 rows with int32 indices) int64, the indices converted once."""
+
+    def build():
+        rows = graph.row_of_edge()
+        if graph.num_dst - 1 <= np.iinfo(graph.index_dtype).max:
+            return np.dtype(graph.index_dtype), rows.astype(graph.index_dtype, copy=False), graph.indices
+        return np.dtype(np.int64), rows.astype(np.int64, copy=False), graph.indices.astype(np.int64)
+
+    return graph.cached("gpu_edge_ends", build)
 
 
 def unit_values(graph, heads, dtype):

@@ -2,23 +2,24 @@
 
 from cupy_csrattn.gpu import replay
 from cupy_csrattn.gpu.aggregate import aggregate
-from cupy_csrattn.gpu.derived import row_of_edge, unit_values
+from cupy_csrattn.gpu.derived import edge_ends, unit_values
 from cupy_csrattn.gpu.kernels import launch, thread_grid, vector_width
 
 
 def edge_dot(graph, dst_feat, src_feat, scale, out):
     """out[e, h] = scale * <dst_feat[row(e), h], src_feat[col(e), h]>; features (N, H, D)."""
     heads, dim = dst_feat.shape[1], dst_feat.shape[2]
+    index_dtype, rows, indices = edge_ends(graph)
     launch(
         f"sddmm_dot_v{vector_width(dim, dst_feat, src_feat)}",
         dst_feat.dtype,
-        graph.index_dtype,
+        index_dtype,
         thread_grid(graph.num_edges * heads),
         num_edges=graph.num_edges,
         H=heads,
         D=dim,
-        row_of_edge=row_of_edge(graph),
-        indices=graph.indices,
+        row_of_edge=rows,
+        indices=indices,
         A=dst_feat,
         B=src_feat,
         scale=scale,
@@ -46,15 +47,16 @@ def sddmm(graph, dst, src, op, scale, out):
     if op == "dot":
         edge_dot(graph, dst, src, scale, out)
         return
+    index_dtype, rows, indices = edge_ends(graph)
     launch(
         "sddmm_add",
         dst.dtype,
-        graph.index_dtype,
+        index_dtype,
         thread_grid(graph.num_edges * dst.shape[1]),
         num_edges=graph.num_edges,
         H=dst.shape[1],
-        row_of_edge=row_of_edge(graph),
-        indices=graph.indices,
+        row_of_edge=rows,
+        indices=indices,
         A=dst,
         B=src,
         out=out,
