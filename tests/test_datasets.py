@@ -166,6 +166,27 @@ def test_rmat_self_loops_and_duplicates_removed():
     assert g.num_edges < full.num_edges
 
 
+def test_rmat_quadrants_set_rows_and_columns_apart():
+    """The row (destination) bit of a quadrant is its second: with b = 0.4 and c = 0.05 the
+    upper half of the ids takes c + d = 0.1 of the destinations and b + d = 0.45 of the sources."""
+    g = datasets.rmat_graph(10, 16, a=0.5, b=0.4, c=0.05, seed=3)
+    rows = np.repeat(np.arange(g.num_dst), np.diff(g.indptr))
+    assert abs(np.mean(rows >= 512) - 0.10) < 0.02
+    assert abs(np.mean(g.indices >= 512) - 0.45) < 0.02
+
+
+def test_rmat_without_duplicates_sorts_each_row_by_source():
+    g = datasets.rmat_graph(8, 16, duplicates=False, seed=4)
+    for row in range(g.num_dst):
+        sources = g.indices[g.indptr[row] : g.indptr[row + 1]]
+        assert np.all(np.diff(sources) > 0), row
+
+
+def test_uniform_sources_cover_every_node():
+    g = datasets.uniform_graph(1000, 8, num_src=3, seed=5)
+    assert set(np.unique(g.indices).tolist()) == {0, 1, 2}
+
+
 def test_rmat_scramble_keeps_the_degree_sequence():
     plain = np.sort(np.asarray(datasets.rmat_graph(10, seed=4).degrees()))
     scrambled = np.asarray(datasets.rmat_graph(10, scramble_ids=True, seed=4).degrees())
@@ -520,6 +541,24 @@ def test_npz_indptr_indices_and_edge_index(tmp_path):
     assert graph.shape == (3, 3)
     # edge_index row 0 = sources, row 1 = destinations (PyG)
     assert np.array_equal(dense(graph, values), [[0, 0, 3], [1, 0, 4], [0, 2, 0]])
+
+
+def test_npz_transposed_keeps_each_value_with_its_entry(tmp_path):
+    """transpose=True of indptr/indices arrays: the values follow their entries into the
+    transpose's order (a graph whose rows reorder its entries)."""
+    path = tmp_path / "csr.npz"
+    indptr, indices, data = np.array([0, 2, 4]), np.array([2, 0, 1, 0]), np.array([1.0, 2.0, 3.0, 4.0])
+    np.savez(path, indptr=indptr, indices=indices, num_src=3, data=data)
+    graph, values = datasets.load_npz(path, transpose=True, return_values=True)
+    expected = scipy.sparse.csr_array((data, indices, indptr), shape=(2, 3)).toarray().T
+    assert graph.shape == (3, 2) and np.array_equal(dense(graph, values), expected)
+
+
+def test_npz_edge_index_id_equal_to_num_nodes_is_refused(tmp_path):
+    path = tmp_path / "ei.npz"
+    np.savez(path, edge_index=np.array([[0, 3], [1, 2]]), num_nodes=3)
+    with npz_error(path, "node ids >= num_nodes = 3"):
+        datasets.load_npz(path)
 
 
 def test_npz_errors_name_the_file(tmp_path):
