@@ -317,6 +317,28 @@ def test_mixed_float_dtypes_promote(xp, case, which, pair):
     check_outputs(xp, case, got, expected, args, kwargs)
 
 
+def _float_inputs(case):
+    """Where a case's float inputs are: positions of its arguments, names of its keywords (lse,
+    which takes no part in the promotion, apart)."""
+    args, kwargs = case.make(np.random.default_rng(0), named_graph("single_edge"), None, 2, np.float32)
+    positions = [i for i, a in enumerate(args) if a is not None and i not in case.aux]
+    return positions + [k for k, v in kwargs.items() if isinstance(v, np.ndarray) and k != "lse"]
+
+
+@pytest.mark.parametrize(
+    "case,where", [pytest.param(case, w, id=f"{case.name}-{w}") for case in CASES for w in _float_inputs(case)]
+)
+def test_one_wider_input_widens_the_results(xp, case, where):
+    """Every float input takes part in the promotion (a backward's saved out and grad_out, edge
+    features by keyword): one input at float64 among float32 ones gives float64 results."""
+    graph = named_graph("duplicates")
+    args, kwargs = case.make(np.random.default_rng(19), graph, 2, 3, np.float32)
+    args = tuple(a.astype(np.float64) if i == where else a for i, a in enumerate(args))
+    kwargs = {k: (v.astype(np.float64) if k == where else v) for k, v in kwargs.items()}
+    got = case.run(make_graph(xp, graph), to_xp(xp, args), to_xp(xp, kwargs))
+    assert [None if a is None else a.dtype for a in got] == [None if a is None else np.float64 for a in got]
+
+
 # ------------------------------------------------------------------ inputs and out=
 
 
