@@ -507,3 +507,22 @@ def test_a_lone_result_is_an_array_of_its_own(public, monkeypatch):
         x = _x(seed)
         np.testing.assert_array_equal(public(graph, x).values, np.float32(2.0) * x.values + TABLE.values)
     assert len(FULL_CALLS) == 2 and blocks == []
+
+
+def test_a_description_tells_apart_what_the_work_depends_on(public):
+    """Calls whose arrays differ only in strides, in their address modulo 16 (the launchers
+    choose vector loads of up to 16 bytes by it) or in the keyword that passes them do
+    different work: their descriptions (record keys) differ."""
+
+    def key(*arrays, **keywords):
+        return replay._describe(scaled_plus_table, (FakeGraph(), *arrays), keywords)[0]
+
+    def at(offset):  # an array starting ``offset`` bytes into a new allocation
+        return FakeArray((2, 3), np.float32, memptr=FakeArray((16,), np.float32).data + offset)
+
+    assert key(at(0)) == key(at(0)) == key(at(16))
+    transposed = at(0)
+    transposed.strides = (4, 8)
+    assert key(transposed) != key(at(0))
+    assert key(at(8)) != key(at(0)) and key(at(4)) != key(at(0))
+    assert key(at(0), x=at(0)) != key(at(0), y=at(0))
