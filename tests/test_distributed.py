@@ -186,6 +186,20 @@ def test_source_gradients_are_reproducible(partitioned):
         assert np.array_equal(a, b)
 
 
+def test_halo_gradients_are_added_in_partition_order(client):
+    """Source 0 (partition 0's) is read by one row of each of 3 partitions, with weights 1e8, 1
+    and -1e8: its float32 gradient added in partition order is (1e8 + 1) - 1e8 = 0 (1e8 + 1
+    rounds to 1e8); any other order of the halo pieces gives 1."""
+    graph = ca.CSRGraph(np.array([0, 1, 2, 3]), np.array([0, 0, 0]), 3)
+    pg = cad.PartitionedGraph.from_graph(graph, client, 3)
+    assert pg.row_chunks == (1, 1, 1) and pg.src_chunks == (1, 1, 1)
+    weights = pg.as_edge_array(np.array([1e8, 1.0, -1e8], np.float32))
+    values = pg.as_node_array(np.ones((3, 1), np.float32), "src")
+    grad_out = pg.as_node_array(np.ones((3, 1), np.float32))
+    _, grad_values = cad.spmm_backward(pg, weights, values, grad_out)
+    assert grad_values.compute()[:, 0].tolist() == [0.0, 0.0, 0.0]
+
+
 def test_results_chain_into_the_next_op(client, partitioned):
     """A forward's dask results feed its backward as they are; from_scipy partitions a matrix."""
     A = scipy.sparse.random_array((40, 40), density=0.1, format="csr", rng=4)
