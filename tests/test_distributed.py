@@ -239,6 +239,7 @@ def test_bounds_balance_edges():
     assert np.all(np.diff(cost) <= 47 // 3 + 18)  # no block holds more than a third plus the largest row
     assert list(partition.row_bounds(np.zeros(5, np.int64), 2)) == [0, 2, 4]  # rows spread without edges
     assert list(partition.row_bounds(np.zeros(1, np.int64), 3)) == [0, 0, 0, 0]
+    assert list(partition.source_bounds(np.zeros(6, np.int64), 8, 3)) == [0, 1, 3, 8]  # unread sources count too
 
 
 # -------------------------------------------------------------------------------- errors
