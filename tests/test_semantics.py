@@ -640,6 +640,40 @@ def test_sparse_graph_edge_arrays_follow_stored_order(xp, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_out_with_a_sparse_matrix_graph(xp, fmt):
+    """out= with a CSC or COO matrix as the graph (edge arrays in its stored order, computed in
+    CSR order and scattered back): the call fills out and returns it."""
+    A = _build_sparse(xp, fmt, "matrix")
+    graph, perm = _reference_graph(A)
+    scores = np.random.default_rng(21).standard_normal((len(perm), 2))  # in A.data order
+    out = poison(xp, scores.shape, np.float64)
+    got = ca.edge_softmax(A, to_xp(xp, scores), out=out)
+    assert got is out
+    check_result(xp, out, _to_data_order(ref.edge_softmax(graph.indptr, scores[perm])[0], perm), np.float64)
+    values = np.random.default_rng(22).standard_normal((A.shape[1], 2, 3))
+    out = poison(xp, (A.shape[0], 2, 3), np.float64)
+    assert ca.attention_aggregate(A, to_xp(xp, scores), to_xp(xp, values), out=out) is out
+    expected = ref.attention_aggregate(graph.indptr, graph.indices, scores[perm], values)[0]
+    check_result(xp, out, expected, np.float64)
+
+
+def test_a_given_lse_is_the_one_used(xp):
+    """attention_aggregate_backward recomputes the weights as exp(score - lse) from the lse it is
+    given: one larger by 1 scales every weight, so grad_values, by exp(-1)."""
+    graph = named_graph("odd_sizes")
+    rng = np.random.default_rng(23)
+    scores = rng.standard_normal((len(graph.indices), 2))
+    values = rng.standard_normal((graph.num_src, 2, 3))
+    grad_out = rng.standard_normal((len(graph.indptr) - 1, 2, 3))
+    g = make_graph(xp, graph)
+    _, lse = ca.attention_aggregate(g, to_xp(xp, scores), to_xp(xp, values), return_lse=True)
+    args = (g, to_xp(xp, scores), to_xp(xp, values), to_xp(xp, grad_out))
+    _, grad_values = ca.attention_aggregate_backward(*args, lse=lse)
+    _, shifted = ca.attention_aggregate_backward(*args, lse=lse + 1)
+    check_result(xp, shifted, to_np(grad_values) * np.exp(-1.0), np.float64)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
 def test_sparse_graph_edge_terms_follow_stored_order(xp, fmt):
     """edge_feat and edge_score in A.data order, and their gradients returned in that order."""
     A = _build_sparse(xp, fmt, "matrix")
