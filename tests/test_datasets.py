@@ -325,6 +325,15 @@ def test_mtx_symmetric_pattern_with_self_loops(tmp_path):
     assert np.array_equal(dense(looped), [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
 
 
+def test_mtx_symmetric_entries_above_the_diagonal_are_mirrored_too(tmp_path):
+    """The format stores the lower triangle; files that store upper entries exist, and scipy
+    mirrors them as well: so does the loader."""
+    text = "%%MatrixMarket matrix coordinate real symmetric\n3 3 3\n1 2 5.0\n3 1 7.0\n2 2 1.5\n"
+    path = write(tmp_path / "u.mtx", text)
+    graph, values = datasets.load_mtx(path, return_values=True)
+    assert np.array_equal(dense(graph, values), scipy.io.mmread(path).toarray())
+
+
 def test_mtx_integer_skew_and_gzip(tmp_path):
     text = "%%MatrixMarket matrix coordinate integer skew-symmetric\n3 3 2\n2 1 4\n3 2 -1\n"
     path = tmp_path / "k.mtx.gz"
