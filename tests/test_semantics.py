@@ -90,6 +90,26 @@ def test_all_neg_inf_row_aggregate_gives_zero_and_lse_minus_inf(xp, dtype):
     check_result(xp, lse, expected_lse, dtype)
 
 
+@pytest.mark.parametrize("fill", [INF, math.nan], ids=["inf", "nan"])
+def test_all_neg_inf_row_output_is_zero_whatever_the_values(xp, fill):
+    """A row without weight outputs zero even where its sources' values are infinite or NaN
+    (zero weight times inf would be NaN): as a row without edges. Rows with weight on such a
+    source are the reference's (NaN or inf)."""
+    graph, scores = _graph_and_neg_inf_scores()
+    values = np.random.default_rng(5).standard_normal((graph.num_src, 3, 4))
+    values[3] = fill  # row 2's only source, all -inf in every head; row 4 weighs it
+    values[2, 0] = fill  # a source of row 1, all -inf in head 0
+    out, lse = ca.attention_aggregate(make_graph(xp, graph), to_xp(xp, scores), to_xp(xp, values), return_lse=True)
+    with np.errstate(invalid="ignore"):
+        expected_out, expected_lse = ref.attention_aggregate(graph.indptr, graph.indices, scores, values)
+    assert (expected_out[2] == 0).all() and (expected_out[1, 0] == 0).all()
+    assert not np.isfinite(expected_out[4]).all()
+    np.testing.assert_array_equal(to_np(out)[2], 0)
+    np.testing.assert_array_equal(to_np(out)[1, 0], 0)
+    check_result(xp, out, expected_out, np.float64, equal_nan=True)
+    check_result(xp, lse, expected_lse, np.float64)
+
+
 def test_gat_all_neg_inf_row(xp):
     graph = named_graph("odd_sizes")
     rng = np.random.default_rng(4)

@@ -27,8 +27,9 @@ from cupy_csrattn.cpu import edge_dots, segment_softmax, segment_sums
 
 
 def _aggregate(graph, scores, values, out, lse):
-    probs = segment_softmax.softmax(graph, scores, lse=lse)
+    probs, weightless = segment_softmax.softmax_weights(graph, scores, lse=lse)
     segment_sums.gather_sum(graph, probs, values, out)
+    segment_softmax.zero_weightless(out, weightless)
 
 
 def score_grads(graph, probs, grad_out, values, out, edge_feat=None):
@@ -72,8 +73,9 @@ def _dot_scores(graph, q, k, scale, edge_feat):
 
 
 def graph_attention(graph, q, k, v, scale, out, lse, edge_feat=None):
-    probs = segment_softmax.softmax(graph, _dot_scores(graph, q, k, scale, edge_feat), lse=lse)
+    probs, weightless = segment_softmax.softmax_weights(graph, _dot_scores(graph, q, k, scale, edge_feat), lse=lse)
     _messages_sum(graph, probs, v, edge_feat, out)
+    segment_softmax.zero_weightless(out, weightless)
 
 
 def graph_attention_backward(

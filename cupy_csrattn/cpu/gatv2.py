@@ -42,8 +42,10 @@ def _scores(graph, x_dst, x_src, att, negative_slope):
 
 
 def gatv2_attention(graph, x_dst, x_src, att, negative_slope, out, lse):
-    probs = segment_softmax.softmax(graph, _scores(graph, x_dst, x_src, att, negative_slope), lse=lse)
+    scores = _scores(graph, x_dst, x_src, att, negative_slope)
+    probs, weightless = segment_softmax.softmax_weights(graph, scores, lse=lse)
     segment_sums.gather_sum(graph, probs, x_src, out)
+    segment_softmax.zero_weightless(out, weightless)
 
 
 def _score_grad_sums(graph, row_feat, col_feat, att, negative_slope, grad_scores, grad_att=None):

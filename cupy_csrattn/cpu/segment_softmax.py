@@ -52,17 +52,33 @@ def softmax(graph, scores, out=None, lse=None):
     Otherwise (scores out of range, rows of -inf, NaN) the softmax is computed again with
     the row maximum subtracted.
     """
+    return softmax_weights(graph, scores, out, lse)[0]
+
+
+def softmax_weights(graph, scores, out=None, lse=None):
+    """softmax's probs and the (N, H) bool mask of the rows and heads without weight (their
+    scores all -inf, or no edges), or None where the rows were not shifted (every non-empty
+    row then has weight). An aggregation's output is zero there, whatever the values (the
+    zero weights times an infinite value would give NaN)."""
     scores = as_compute(scores)
     probs = _work_array(out, scores.shape, scores.dtype)
     row_lse = None if lse is None else np.empty(lse.shape, dtype=scores.dtype)
+    weightless = None
     if not _softmax_rows(graph, scores, None, probs, row_lse):
         shift = segment_max(graph, scores)
         # Rows of only -inf (or no) scores: shift by 0, so that their exps are 0, not NaN.
-        shift[np.isneginf(shift)] = 0
+        weightless = np.isneginf(shift)
+        shift[weightless] = 0
         _softmax_rows(graph, scores, shift, probs, row_lse)
     if lse is not None:
         write(lse, row_lse)
-    return probs
+    return probs, weightless
+
+
+def zero_weightless(out, weightless):
+    """out (N, H, F) zero on the rows and heads of the mask of ``softmax_weights``."""
+    if weightless is not None and weightless.any():
+        out[weightless] = 0
 
 
 def _softmax_rows(graph, scores, shift, probs, lse):

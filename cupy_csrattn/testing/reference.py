@@ -230,6 +230,8 @@ def attention_aggregate(indptr, indices, scores, values):
     for d, start, stop in _rows(indptr):
         for h in range(v.shape[1]):
             p, lse[d, h] = softmax_row(s[start:stop, h])
+            if lse[d, h] == NEG_INF:
+                continue  # no weight (no edges, or scores all -inf): zero output, whatever the values
             acc = np.zeros(v.shape[2])
             for j, e in enumerate(range(start, stop)):
                 acc += p[j] * v[src[e], h]
