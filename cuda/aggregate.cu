@@ -1,8 +1,10 @@
 // Weighted neighbour sums with weights read from per-edge arrays (spmm, sddmm's backward,
 // attention_aggregate); the kernels themselves are in aggregate.cuh.
 //   aggregate_ones_*          w = 1                                          (spmm, weights=None)
-//   aggregate_weights_*       w = weights[e, h]                              (spmm)
-//   aggregate_weights_perm_*  w = weights[perm[e], h]                        (spmm backward on the transpose)
+//   aggregate_weights_*       w = scale * weights[e, h]                      (spmm, sddmm's backward)
+//   aggregate_weights_perm_*  w = scale * weights[perm[e], h]                (their backward on the transpose)
+// (scale applied to each weight, before the sum is rounded to the output type: a float16 sum
+// that overflows unscaled still gives its scaled value.)
 //   aggregate_softmax_*       w = softmax over the row of scores[e, h]       (attention_aggregate)
 //   aggregate_probs_perm_*    w = exp(scores[perm[e], h] - lse[col(e), h])   (its backward on the transpose)
 // and aggregate_merge_{sum,softmax}, which merge the partials of split rows for every family.
@@ -18,17 +20,21 @@ struct Ones {
 struct Given {
     static constexpr int KIND = WEIGHTS;
     const scalar_t* weights;
+    acc_t scale;
     int H;
-    __device__ acc_t operator()(i64 e, i64, i64, int head) const { return load_scalar(weights + e * H + head); }
+    __device__ acc_t operator()(i64 e, i64, i64, int head) const {
+        return scale * load_scalar(weights + e * H + head);
+    }
 };
 
 struct GivenPerm {
     static constexpr int KIND = WEIGHTS;
     const scalar_t* weights;
     const i64* perm;
+    acc_t scale;
     int H;
     __device__ acc_t operator()(i64 e, i64, i64, int head) const {
-        return load_scalar(weights + perm[e] * H + head);
+        return scale * load_scalar(weights + perm[e] * H + head);
     }
 };
 
@@ -54,12 +60,12 @@ struct ProbsPerm {
 #define ONES_W (Ones{})
 AGGREGATE_ROWS_ENTRY_POINTS(aggregate_ones, NO_ARGS, ONES_W)
 
-#define GIVEN_ARGS , const scalar_t *weights
-#define GIVEN_W (Given{weights, H})
+#define GIVEN_ARGS , const scalar_t *weights, acc_t scale
+#define GIVEN_W (Given{weights, scale, H})
 AGGREGATE_ROWS_ENTRY_POINTS(aggregate_weights, GIVEN_ARGS, GIVEN_W)
 
-#define GIVEN_PERM_ARGS , const scalar_t *weights, const i64 *perm
-#define GIVEN_PERM_W (GivenPerm{weights, perm, H})
+#define GIVEN_PERM_ARGS , const scalar_t *weights, const i64 *perm, acc_t scale
+#define GIVEN_PERM_W (GivenPerm{weights, perm, scale, H})
 AGGREGATE_ROWS_ENTRY_POINTS(aggregate_weights_perm, GIVEN_PERM_ARGS, GIVEN_PERM_W)
 
 #define SOFTMAX_ARGS , const scalar_t *scores

@@ -45,3 +45,22 @@ def test_out_poisoned(xp, op, H):
     got = ca.sddmm(make_graph(xp, graph), to_xp(xp, dst), to_xp(xp, src), op=op, out=out)
     assert got is out
     check_result(xp, out, ref.sddmm(graph.indptr, graph.indices, dst, src, op), np.float32)
+
+
+def test_dot_backward_float16_scaled_within_the_sum(xp):
+    """float16 sums above its largest value (65504) whose scaled result fits: the scale applies
+    before the result is rounded to float16, so the gradients are finite and the reference's."""
+    graph = hub()
+    rng = np.random.default_rng(6)
+    N, E = len(graph.indptr) - 1, len(graph.indices)
+    dst = rng.uniform(200, 250, (N, 2, 4)).astype(np.float16)
+    src = rng.uniform(200, 250, (graph.num_src, 2, 4)).astype(np.float16)
+    grad_scores = rng.uniform(200, 250, (E, 2)).astype(np.float16)
+    scale = 2.0**-20
+    got = ca.sddmm_backward(
+        make_graph(xp, graph), to_xp(xp, dst), to_xp(xp, src), to_xp(xp, grad_scores), op="dot", scale=scale
+    )
+    expected = ref.sddmm_backward(graph.indptr, graph.indices, dst, src, grad_scores, "dot", scale)
+    for result, want in zip(got, expected):
+        assert np.abs(want).max() / scale > 65504 and np.abs(want).max() < 65504
+        check_result(xp, result, want, np.float16)

@@ -1,6 +1,5 @@
 """Launchers of cuda/sddmm.cu, and sddmm's backward through the aggregation kernels."""
 
-from cupy_csrattn.gpu import replay
 from cupy_csrattn.gpu.aggregate import aggregate
 from cupy_csrattn.gpu.derived import edge_ends, unit_values
 from cupy_csrattn.gpu.kernels import launch, thread_grid, vector_width
@@ -66,18 +65,16 @@ def sddmm(graph, dst, src, op, scale, out):
 def sddmm_backward(graph, dst, src, grad_scores, op, scale, grad_dst, grad_src):
     graph_t, perm = graph.transpose()
     if op == "dot":
-        # grad_dst = scale * sum over the row of grad_scores * src; grad_src likewise on the transpose.
-        aggregate("weights", graph, src, grad_dst, weights=grad_scores)
-        aggregate("weights_perm", graph_t, dst, grad_src, weights=grad_scores, perm=perm)
-        if scale != 1.0:
-            replay.other_work("scaled with CuPy")
-            grad_dst *= scale
-            grad_src *= scale
+        # grad_dst = sum over the row of (scale * grad_scores) * src; grad_src likewise on the
+        # transpose (scaled in the sum: a float16 sum may overflow where the scaled one fits).
+        aggregate("weights", graph, src, grad_dst, weights=grad_scores, scale=scale)
+        aggregate("weights_perm", graph_t, dst, grad_src, weights=grad_scores, perm=perm, scale=scale)
         return
     # Row sums and source sums of grad_scores: aggregations of values that are all ones.
     heads = grad_scores.shape[1]
     ones = unit_values(graph, heads, grad_scores.dtype)
-    aggregate("weights", graph, ones[: graph.num_src], grad_dst.reshape(graph.num_dst, heads, 1), weights=grad_scores)
+    grad_dst_sums = grad_dst.reshape(graph.num_dst, heads, 1)
+    aggregate("weights", graph, ones[: graph.num_src], grad_dst_sums, weights=grad_scores, scale=1.0)
     aggregate(
         "weights_perm",
         graph_t,
@@ -85,4 +82,5 @@ def sddmm_backward(graph, dst, src, grad_scores, op, scale, grad_dst, grad_src):
         grad_src.reshape(graph.num_src, heads, 1),
         weights=grad_scores,
         perm=perm,
+        scale=1.0,
     )

@@ -118,8 +118,8 @@ def _declare_rows(family, prefix, weight_params):
 
 # aggregate.cu: weights from per-edge arrays.
 _declare_rows("aggregate", "aggregate_ones", "")
-_declare_rows("aggregate", "aggregate_weights", "const scalar_t* weights")
-_declare_rows("aggregate", "aggregate_weights_perm", "const scalar_t* weights, const i64* perm")
+_declare_rows("aggregate", "aggregate_weights", "const scalar_t* weights, acc_t scale")
+_declare_rows("aggregate", "aggregate_weights_perm", "const scalar_t* weights, const i64* perm, acc_t scale")
 _declare_rows("aggregate", "aggregate_softmax", "const scalar_t* scores")
 _declare_rows("aggregate", "aggregate_probs_perm", "const scalar_t* scores, const i64* perm, const lse_t* lse")
 _declare(

@@ -16,7 +16,7 @@ def spmm(graph, weights, values, out):
     if shape is not None:
         run_span("forward", shape, "weights", graph, weights, weights, 0.0, values, out)
     else:
-        aggregate("weights", graph, values, out, weights=weights)
+        aggregate("weights", graph, values, out, weights=weights, scale=1.0)
 
 
 def spmm_backward(graph, weights, values, grad_out, grad_weights, grad_values):
@@ -26,4 +26,4 @@ def spmm_backward(graph, weights, values, grad_out, grad_weights, grad_values):
     if weights is None:
         aggregate("ones", graph_t, grad_out, grad_values)
     else:
-        aggregate("weights_perm", graph_t, grad_out, grad_values, weights=weights, perm=perm)
+        aggregate("weights_perm", graph_t, grad_out, grad_values, weights=weights, perm=perm, scale=1.0)
