@@ -23,7 +23,7 @@ from helpers import require_cupy  # noqa: E402
 
 import cupy_csrattn as ca  # noqa: E402
 import cupy_csrattn.distributed as cad  # noqa: E402
-from cupy_csrattn.distributed import partition  # noqa: E402
+from cupy_csrattn.distributed import partition, tasks  # noqa: E402
 from cupy_csrattn.ops.registry import OPS  # noqa: E402
 from cupy_csrattn.testing import graphs as named  # noqa: E402
 from cupy_csrattn.testing.cases import CASE_BY_NAME, CASES  # noqa: E402
@@ -198,6 +198,15 @@ def test_halo_gradients_are_added_in_partition_order(client):
     grad_out = pg.as_node_array(np.ones((3, 1), np.float32))
     _, grad_values = cad.spmm_backward(pg, weights, values, grad_out)
     assert grad_values.compute()[:, 0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_partition_sums_are_added_in_partition_order():
+    """gatv2's grad_att is each partition's sum added on one worker: in partition order,
+    float32 (2**26 + 3) + -(2**26 - 4) = 2**26 - (2**26 - 4) = 4; reversed, (-(2**26 - 4) + 3)
+    rounds to -(2**26 - 8), giving 8 (and 7 in the orders that add 3 last)."""
+    parts = [np.array([x], np.float32) for x in (2.0**26, 3.0, -(2.0**26 - 4))]
+    assert tasks.add_in_order(parts).tolist() == [4.0]
+    assert parts[0].tolist() == [2.0**26]  # the first partition's own array is left as it was
 
 
 def test_results_chain_into_the_next_op(client, partitioned):
