@@ -193,3 +193,17 @@ def test_sddmm_rows_beyond_int32_take_int64_kernels():
     graph = stand_in(2**31, [0, 2**31 - 1])  # row 2**31 - 1 fits int32
     dtype, rows, indices = edge_ends(graph)
     assert dtype == np.int32 and rows.dtype == np.int32 and indices is graph.indices
+
+
+def test_node_rows_of_2_30_elements_take_the_wide_row_kernels():
+    """The batched row kernels index a node row's H * F features with 32-bit ints: rows of
+    2**30 elements or more take the wide kernels (64-bit), as do more heads than lanes."""
+    from types import SimpleNamespace
+
+    from cupy_csrattn.gpu.aggregate import row_variant
+
+    aligned = SimpleNamespace(data=SimpleNamespace(ptr=4096), dtype=np.dtype(np.float32))
+    assert row_variant(8, 64, aligned) == "v4" and row_variant(1, 3, aligned) == "v1"
+    assert row_variant(33, 4, aligned) == "wide"
+    assert row_variant(1, 2**30, aligned) == "wide" and row_variant(32, 2**25, aligned) == "wide"
+    assert row_variant(32, 2**25 - 4, aligned) == "v4"

@@ -22,7 +22,7 @@ def run_row_kernels(prefix, graph, values, out, weight_args, softmax=False, lse_
     split_items = plan.num_split_items
     partial_acc = scratch((split_items, heads * features), state_dtype) if split_items else None
     partial_state = scratch((split_items, heads, 2), state_dtype) if split_items and softmax else None
-    variant = f"v{vector_width(features, values)}" if heads <= MAX_BATCHED_HEADS else "wide"
+    variant = row_variant(heads, features, values)
     launch(
         f"{prefix}_{variant}",
         dtype,
@@ -42,6 +42,20 @@ def run_row_kernels(prefix, graph, values, out, weight_args, softmax=False, lse_
         **weight_args,
     )
     merge_split_rows(graph, plan, out, partial_acc, partial_state, lse_out, softmax)
+
+
+# The batched row kernels index a node row's H * F features with 32-bit ints (their tiles
+# run past the last feature by up to a tile): wider rows take the wide kernels' 64-bit ones.
+BATCHED_ROW_ELEMENTS = 2**30
+
+
+def row_variant(heads, features, values):
+    """The row kernel variant of (N, heads, features) values: batched with vectors of
+    1, 2 or 4 elements ("v1", "v2", "v4"), or "wide" (more heads than lanes, or rows of
+    BATCHED_ROW_ELEMENTS elements or more)."""
+    if heads > MAX_BATCHED_HEADS or heads * features >= BATCHED_ROW_ELEMENTS:
+        return "wide"
+    return f"v{vector_width(features, values)}"
 
 
 def merge_split_rows(graph, plan, out, partial_acc, partial_state=None, lse_out=None, softmax=False):
