@@ -13,16 +13,42 @@ from strategies import csr_graphs, heads, seeds
 
 import cupy_csrattn as ca
 from cupy_csrattn.ops.registry import OPS
+from cupy_csrattn.testing import reference as ref
 from cupy_csrattn.testing.arrays import make_graph, to_xp, trailing_shape
 from cupy_csrattn.testing.cases import CASE_BY_NAME, check_case
-from cupy_csrattn.testing.compare import array_module_of, to_np
-from cupy_csrattn.testing.graphs import GraphData, hub, num_dst_of
+from cupy_csrattn.testing.compare import array_module_of, check_result, to_np
+from cupy_csrattn.testing.graphs import GraphData, hub, named_graph, num_dst_of
 
 # backward op -> its forward op, from the registry
 BACKWARD = {name: op.forward for name, op in OPS.items() if op.forward is not None}
 
 
 # ------------------------------------------------------------------ against the loop reference
+
+
+@pytest.mark.parametrize("slope", [-3.0, 1.5, 1e16])
+@pytest.mark.parametrize("func", ["gat_attention", "gatv2_attention"])
+def test_slopes_beyond_one(xp, func, slope):
+    """leaky_relu's derivative is 1 for z > 0 whatever the slope ((z > 0) * (1 - s) + s is
+    not: 0 from |s| = 2**53). Logits of both signs for the moderate slopes; for 1e16, positive
+    ones (negative ones would give scores near -1e16, and an lse whose rounding is O(1))."""
+    graph = named_graph("odd_sizes")
+    rng = np.random.default_rng(5)
+    N, Ns, H, F = num_dst_of(graph), graph.num_src, 2, 3
+    low = -2.0 if abs(slope) < 10 else -0.4
+    if func == "gat_attention":
+        inputs = (rng.uniform(0.5, 1.5, (N, H)), rng.uniform(low, 0.4, (Ns, H)), rng.standard_normal((Ns, H, F)))
+    else:
+        inputs = (rng.uniform(0.5, 1.5, (N, H, F)), rng.uniform(low, 0.4, (Ns, H, F)), rng.standard_normal((H, F)))
+    grad_out = rng.standard_normal((N, H, inputs[2].shape[-1]) if func == "gat_attention" else (N, H, F))
+    g, x = make_graph(xp, graph), to_xp(xp, inputs)
+    out, lse = getattr(ca, func)(g, *x, negative_slope=slope, return_lse=True)
+    grads = getattr(ca, f"{func}_backward")(g, *x, out, to_xp(xp, grad_out), lse, negative_slope=slope)
+    reference = getattr(ref, f"{func}_backward")
+    expected = reference(graph.indptr, graph.indices, *inputs, grad_out, negative_slope=slope)
+    scale = max(np.abs(e).max() for e in expected)
+    for name, got, want in zip(("first", "second", "third"), grads, expected):
+        check_result(xp, got, want, np.float64, err_msg=f"{func} slope {slope}: {name} gradient", scale=scale)
 
 
 @pytest.mark.parametrize(
