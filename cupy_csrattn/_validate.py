@@ -151,12 +151,17 @@ def choice(name, value, options):
         raise ValueError(f"{name} must be one of {options}, got {value!r}")
 
 
-def result_dtypes(*arrays):
+def result_dtypes(*arrays, scalars=None):
     """(result dtype, lse dtype) of float inputs: NumPy promotion; lse float32 for float16.
 
-    None entries (optional inputs not given) take no part."""
+    None entries (optional inputs not given) take no part. ``scalars`` ({name: value}, finite
+    floats) are refused where they overflow the compute dtype (the lse dtype: float32 for
+    float16 and float32 data), in which both backends multiply by them."""
     dtype = np.result_type(*[a.dtype for a in arrays if a is not None])
     lse_dtype = np.dtype(np.float32) if dtype == np.float16 else dtype
+    for name, value in (scalars or {}).items():
+        if abs(value) > float(np.finfo(lse_dtype).max):
+            raise ValueError(f"{name}={value:g} overflows {lse_dtype}, the type {dtype} data is computed in")
     return dtype, lse_dtype
 
 

@@ -583,6 +583,25 @@ def test_gat_non_finite_negative_slope(xp, slope):
     _raises(xp, ValueError, "negative_slope", "gat_attention", _r(N_DST), _r(N_SRC), _r(N_SRC, F), negative_slope=slope)
 
 
+@pytest.mark.parametrize(
+    "func,args,name",
+    [
+        ("sddmm", (_r(N_DST, H, D), _r(N_SRC, H, D)), "scale"),
+        ("graph_attention", (_r(N_DST, H, D), _r(N_SRC, H, D), _r(N_SRC, H, F)), "scale"),
+        ("gat_attention", (_r(N_DST, H), _r(N_SRC, H), _r(N_SRC, H, F)), "negative_slope"),
+        ("gatv2_attention", (_r(N_DST, H, D), _r(N_SRC, H, D), _r(H, D)), "negative_slope"),
+    ],
+)
+def test_scalar_beyond_the_compute_dtype(xp, func, args, name):
+    """A scale or slope beyond float32's range with float16/float32 data is refused (it would
+    be inf in the float32 arithmetic of both backends); float64 data takes it."""
+    for dtype in (np.float16, np.float32):
+        typed = tuple(a.astype(dtype) for a in args)
+        _raises(xp, ValueError, f"^{name}=1e\\+39 overflows float32", func, *typed, **{name: 1e39})
+        _raises(xp, ValueError, f"^{name}=-1e\\+39 overflows", func, *typed, **{name: -1e39})
+    getattr(ca, func)(make_graph(xp, GRAPH), *to_xp(xp, args), **{name: 1e39})
+
+
 def test_gat_integer_a_src(xp):
     _raises(xp, TypeError, "a_src", "gat_attention", _r(N_DST), np.ones(N_SRC, np.int64), _r(N_SRC, F))
 

@@ -71,7 +71,7 @@ def gatv2_attention(graph, x_dst, x_src, att, *, negative_slope=0.2, out=None, r
     """
     g, order = _validate.resolve_graph(graph)
     x_dst, x_src, att, heads, head_dim, negative_slope = _check_gatv2(g, x_dst, x_src, att, negative_slope)
-    dtype, lse_dtype = _validate.result_dtypes(x_dst, x_src, att)
+    dtype, lse_dtype = _validate.result_dtypes(x_dst, x_src, att, scalars={"negative_slope": negative_slope})
     place = Placement(g, order, [x_dst, x_src, att])
     x_dst_c, x_src_c, att_c = _place_inputs(place, dtype, heads, head_dim, x_dst, x_src, att)
     out_c, lse_c, result = forward_outputs(
@@ -114,7 +114,9 @@ def gatv2_attention_backward(graph, x_dst, x_src, att, out, grad_out, lse, *, ne
     g, order = _validate.resolve_graph(graph)
     x_dst, x_src, att, heads, head_dim, negative_slope = _check_gatv2(g, x_dst, x_src, att, negative_slope)
     out, grad_out, lse = check_saved(g, heads, "x_dst", head_dim, out, grad_out, lse, "x_src")
-    dtype, lse_dtype = _validate.result_dtypes(x_dst, x_src, att, out, grad_out)
+    dtype, lse_dtype = _validate.result_dtypes(
+        x_dst, x_src, att, out, grad_out, scalars={"negative_slope": negative_slope}
+    )
     place = Placement(g, order, [x_dst, x_src, att, out, grad_out, lse])
     x_dst_c, x_src_c, att_c = _place_inputs(place, dtype, heads, head_dim, x_dst, x_src, att)
     out_c, grad_out_c = (place.node_input(x, dtype) for x in (out, grad_out))

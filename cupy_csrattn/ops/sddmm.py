@@ -55,7 +55,7 @@ def sddmm(graph, dst_feat, src_feat, *, op="dot", scale=1.0, out=None):
     scale = _validate.finite_scalar("scale", scale)
     if op == "add" and scale != 1.0:
         raise ValueError(f"scale applies to op='dot' only, got scale={scale} with op='add'")
-    dtype, _ = _validate.result_dtypes(dst_feat, src_feat)
+    dtype, _ = _validate.result_dtypes(dst_feat, src_feat, scalars={"scale": scale})
     place = Placement(g, order, [dst_feat, src_feat])
     per_node_scalar = op == "add"
     dst_c = place.node_input(dst_feat, dtype, per_node_scalar)
@@ -103,7 +103,7 @@ def sddmm_backward(graph, dst_feat, src_feat, grad_scores, *, op="dot", scale=1.
     scale = _validate.finite_scalar("scale", scale)
     if op == "add" and scale != 1.0:
         raise ValueError(f"scale applies to op='dot' only, got scale={scale} with op='add'")
-    dtype, _ = _validate.result_dtypes(dst_feat, src_feat, grad_scores)
+    dtype, _ = _validate.result_dtypes(dst_feat, src_feat, grad_scores, scalars={"scale": scale})
     place = Placement(g, order, [dst_feat, src_feat, grad_scores])
     per_node_scalar = op == "add"
     dst_c = place.node_input(dst_feat, dtype, per_node_scalar)
