@@ -1,39 +1,13 @@
 """CSRGraph: a destination-major sparse graph (row d lists the source neighbours of d)."""
 
-import operator
-
 import numpy as np
 import scipy.sparse
 
 from cupy_csrattn import backend
+from cupy_csrattn.index_arrays import index_array, index_input, node_count, uint64_fits
 
 _CHECK_MODES = ("full", "fast", "none")
 _INT32_MAX = np.iinfo(np.int32).max
-
-
-def _index_input(name, x):
-    """x as a NumPy or CuPy array (backend.as_array), an empty list or tuple as integers
-    (np.asarray([]) would be float64)."""
-    return backend.as_array(name, np.zeros(0, np.int32) if isinstance(x, (list, tuple)) and not x else x)
-
-
-def _index_array(name, array, on_gpu):
-    """array as a 1-D int32/int64 array on the graph's device; TypeError/ValueError naming it."""
-    if backend.is_cupy_array(array):
-        on_gpu = True
-    if on_gpu:
-        array = backend.to_device(array, True)
-    dtype = array.dtype
-    if dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array, got dtype {dtype}")
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
-    if dtype in (np.int32, np.int64):
-        return array
-    if dtype.itemsize < 4 or dtype == np.uint32:
-        # Every value of these types fits: int32 for the narrow ones, int64 for uint32.
-        return array.astype(np.int32 if dtype.itemsize < 4 else np.int64)
-    return array  # uint64: converted by the caller once its values are known to fit
 
 
 def _read_only(array):
@@ -42,28 +16,6 @@ def _read_only(array):
     if isinstance(array, np.ndarray):
         array.flags.writeable = False
     return array
-
-
-def _uint64_fits(name, array):
-    """ValueError naming ``name`` when a uint64 array holds values beyond int64 (a host sync)."""
-    if array.dtype == np.uint64 and len(array) and int(array.max()) > np.iinfo(np.int64).max:
-        raise ValueError(f"{name} has values too large for int64")
-
-
-def node_count(name, value):
-    """value as a node count (an int >= 0 whose count + 1, the length of a CSR indptr over
-    those nodes, fits int64); TypeError for bool or non-integers, ValueError out of range."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer, got bool")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    if value >= np.iinfo(np.int64).max:
-        raise ValueError(f"{name} must be less than 2**63 - 1 (int64 node ids), got {value}")
-    return value
 
 
 class CSRGraph:
@@ -102,10 +54,10 @@ class CSRGraph:
         if check not in _CHECK_MODES:
             raise ValueError(f"check must be one of {_CHECK_MODES}, got {check!r}")
         copy = backend.flag("copy", copy)
-        given_indptr, given_indices = _index_input("indptr", indptr), _index_input("indices", indices)
+        given_indptr, given_indices = index_input("indptr", indptr), index_input("indices", indices)
         on_gpu = backend.is_cupy_array(given_indptr) or backend.is_cupy_array(given_indices)
-        indptr = _index_array("indptr", given_indptr, on_gpu)
-        indices = _index_array("indices", given_indices, on_gpu)
+        indptr = index_array("indptr", given_indptr, on_gpu)
+        indices = index_array("indices", given_indices, on_gpu)
         if len(indptr) == 0:
             raise ValueError("indptr must have num_dst + 1 >= 1 entries, got an empty array")
         xp = backend.array_module(on_gpu)
@@ -114,7 +66,7 @@ class CSRGraph:
         unsigned64 = [name for name, a in (("indptr", indptr), ("indices", indices)) if a.dtype == np.uint64]
         if check == "full" or (unsigned64 and check == "fast" and not on_gpu):
             for name, array in (("indptr", indptr), ("indices", indices)):
-                _uint64_fits(name, array)  # host sync
+                uint64_fits(name, array)  # host sync
         indptr = indptr.astype(np.int64) if indptr.dtype == np.uint64 else indptr
         indices = indices.astype(np.int64) if indices.dtype == np.uint64 else indices
         if check != "none":
@@ -199,13 +151,13 @@ class CSRGraph:
         """
         num_dst = None if num_dst is None else node_count("num_dst", num_dst)
         num_src = None if num_src is None else node_count("num_src", num_src)
-        src, dst = _index_input("src", src), _index_input("dst", dst)
+        src, dst = index_input("src", src), index_input("dst", dst)
         on_gpu = backend.is_cupy_array(src) or backend.is_cupy_array(dst)
-        src = _index_array("src", src, on_gpu)
-        dst = _index_array("dst", dst, on_gpu)
+        src = index_array("src", src, on_gpu)
+        dst = index_array("dst", dst, on_gpu)
         if src.dtype == np.uint64 or dst.dtype == np.uint64:
-            _uint64_fits("src", src)  # host sync
-            _uint64_fits("dst", dst)
+            uint64_fits("src", src)  # host sync
+            uint64_fits("dst", dst)
             src, dst = src.astype(np.int64), dst.astype(np.int64)
         if len(src) != len(dst):
             raise ValueError(f"src has {len(src)} entries but dst has {len(dst)}")
@@ -283,6 +235,15 @@ class CSRGraph:
         except KeyError:
             value = self._cache[key] = build()
             return value
+
+    def __getstate__(self):
+        """Copies and pickles carry the arrays, not the caches: rebuilt on use, possibly larger
+        than the graph, and possibly being filled by another thread's op."""
+        return {key: value for key, value in self.__dict__.items() if key != "_cache"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _cache={})
+        self.indptr, self.indices = _read_only(self.indptr), _read_only(self.indices)  # its own arrays now
 
     # -- device moves ---------------------------------------------------------------
     def to_gpu(self):

@@ -1,5 +1,8 @@
 """CSRGraph: construction, dtypes, from_scipy, from_edge_index, degrees, transpose, devices."""
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 from helpers import HYP, is_numpy, require_cupy, same_buffer
@@ -78,6 +81,28 @@ def test_what_a_cpu_graph_hands_out_is_read_only():
     indptr, indices = graph.indptr.copy(), graph.indices.copy()
     shared = CSRGraph(indptr, indices, graph.num_src, copy=False)
     assert shared.indptr is indptr and indptr.flags.writeable and indices.flags.writeable
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_copies_carry_the_arrays_not_the_caches(xp, how):
+    """A used graph's copy (copy.deepcopy, pickle) holds its arrays, read-only on the CPU,
+    and none of its caches (plans, transpose, replay records: rebuilt on use, and possibly
+    filled meanwhile by another thread): the same size as a fresh graph's, the same results."""
+    graph = named_graph("duplicates")
+    g = make_graph(xp, graph)
+    scores = to_xp(xp, np.random.default_rng(1).standard_normal((len(graph.indices), 2)))
+    fresh = len(pickle.dumps(g))
+    expected = [to_np(ca.edge_softmax(g, scores, norm_by=norm_by)) for norm_by in ("dst", "src")]
+    assert len(pickle.dumps(g)) == fresh  # the used graph pickles as small as the fresh one
+    twin = copy.deepcopy(g) if how == "deepcopy" else pickle.loads(pickle.dumps(g))
+    assert (twin.num_dst, twin.num_src, twin.device) == (g.num_dst, g.num_src, g.device)
+    assert np.array_equal(to_np(twin.indptr), graph.indptr) and np.array_equal(to_np(twin.indices), graph.indices)
+    if is_numpy(xp):
+        for array in (twin.indptr, twin.indices):
+            with pytest.raises(ValueError, match="read-only"):
+                array[:1] = 0
+    for norm_by, want in zip(("dst", "src"), expected):
+        np.testing.assert_array_equal(to_np(ca.edge_softmax(twin, scores, norm_by=norm_by)), want)
 
 
 @pytest.mark.parametrize("empty", [[], ()])

@@ -1,0 +1,55 @@
+"""The index arrays and node counts a CSRGraph is built from: as arrays of the graph's
+device and an index dtype, or a TypeError/ValueError naming the argument."""
+
+import operator
+
+import numpy as np
+
+from cupy_csrattn import backend
+
+
+def index_input(name, x):
+    """x as a NumPy or CuPy array (backend.as_array), an empty list or tuple as integers
+    (np.asarray([]) would be float64)."""
+    return backend.as_array(name, np.zeros(0, np.int32) if isinstance(x, (list, tuple)) and not x else x)
+
+
+def index_array(name, array, on_gpu):
+    """array as a 1-D int32/int64 array on the graph's device; TypeError/ValueError naming it."""
+    if backend.is_cupy_array(array):
+        on_gpu = True
+    if on_gpu:
+        array = backend.to_device(array, True)
+    dtype = array.dtype
+    if dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {dtype}")
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
+    if dtype in (np.int32, np.int64):
+        return array
+    if dtype.itemsize < 4 or dtype == np.uint32:
+        # Every value of these types fits: int32 for the narrow ones, int64 for uint32.
+        return array.astype(np.int32 if dtype.itemsize < 4 else np.int64)
+    return array  # uint64: converted by the caller once its values are known to fit
+
+
+def uint64_fits(name, array):
+    """ValueError naming ``name`` when a uint64 array holds values beyond int64 (a host sync)."""
+    if array.dtype == np.uint64 and len(array) and int(array.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} has values too large for int64")
+
+
+def node_count(name, value):
+    """value as a node count (an int >= 0 whose count + 1, the length of a CSR indptr over
+    those nodes, fits int64); TypeError for bool or non-integers, ValueError out of range."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, got bool")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    if value >= np.iinfo(np.int64).max:
+        raise ValueError(f"{name} must be less than 2**63 - 1 (int64 node ids), got {value}")
+    return value
