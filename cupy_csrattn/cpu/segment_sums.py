@@ -194,6 +194,23 @@ class _Block:
         return sums.astype(x.dtype, copy=False)
 
 
+class _UnitArrays:
+    """0, 1, 2, ... and arrays of ones, as long as any row block of the graph (at most
+    _BLOCK_ELEMENTS edges plus a row), shared by its row-block plans (one per block size):
+    with a row of millions of edges, each plan's own would hold that many again."""
+
+    def __init__(self, graph):
+        length = min(graph.num_edges, _BLOCK_ELEMENTS + int(_degrees(graph).max(initial=0)))
+        self.index_dtype = _scipy_index_dtype(length, length // _CHUNK + graph.num_dst + 1)
+        self.positions = np.arange(length, dtype=self.index_dtype)
+        self._ones = {}
+
+    def ones(self, dtype):
+        if dtype not in self._ones:
+            self._ones[dtype] = np.ones(len(self.positions), dtype=dtype)
+        return self._ones[dtype]
+
+
 class _RowBlocks:
     """The graph's rows in blocks of about ``block_edges`` edges (a row is never cut)."""
 
@@ -203,24 +220,17 @@ class _RowBlocks:
         num_rows, num_edges = graph.num_dst, graph.num_edges
         cuts = np.searchsorted(indptr, np.arange(block_edges, num_edges, block_edges), side="left")
         cuts = np.unique(np.concatenate([[0], cuts, [num_rows]]))
-        largest = int(np.diff(indptr[cuts]).max(initial=0))
-        index_dtype = _scipy_index_dtype(largest, largest // _CHUNK + num_rows + 1)
+        self._units = graph.cached("cpu_unit_arrays", lambda: _UnitArrays(graph))
+        index_dtype = self._units.index_dtype
         self.blocks = [
             _Block(indptr, degrees, int(start), int(stop), index_dtype) for start, stop in zip(cuts[:-1], cuts[1:])
         ]
-        self._positions = np.arange(largest, dtype=index_dtype)
-        self._ones = {}
-
-    def ones(self, dtype):
-        if dtype not in self._ones:
-            self._ones[dtype] = np.ones(len(self._positions), dtype=dtype)
-        return self._ones[dtype]
 
     def __iter__(self):
         return iter(self.blocks)
 
     def row_sums(self, block, x):
-        return block.row_sums(x, self.ones(x.dtype), self._positions)
+        return block.row_sums(x, self._units.ones(x.dtype), self._units.positions)
 
 
 def row_blocks(graph, heads):
