@@ -12,10 +12,6 @@ from cupy_csrattn.testing.cases import CASES
 from cupy_csrattn.testing.compare import to_np
 from cupy_csrattn.testing.graphs import hub, odd_sizes
 
-# sddmm's backward with a scale other than 1 scales its results with CuPy operations, which
-# a replay does not repeat: those calls keep the full path.
-FULL_PATH_ONLY = {"sddmm_backward_dot"}
-
 
 @pytest.fixture
 def cupy():
@@ -59,11 +55,7 @@ def test_repeated_calls_equal_the_full_path(cupy, graph_data, case, dtype):
         got = public(graph, *args, **kwargs)
         want = public.__wrapped__(graph, *args, **kwargs)
         _assert_same(got, want, f"{case} call {call}")
-    replayed = _replay_records(graph)
-    if case.name in FULL_PATH_ONLY and dict(kwargs).get("scale", 1.0) != 1.0:
-        assert not replayed
-    else:
-        assert len(replayed) == 1, "the repeated call was not replayed"
+    assert len(_replay_records(graph)) == 1, "the repeated call was not replayed"
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.out_index is not None], ids=str)
@@ -210,10 +202,7 @@ def test_trailing_shapes_replay(cupy, case, trailing):
         _assert_same(got, want, f"{case} call {call}")
         for r in _results(got):  # node and edge arrays (N, *S, ...); a parameter's gradient (*S, D)
             assert r is None or trailing in (r.shape[1 : 1 + len(trailing)], r.shape[: len(trailing)])
-    if case.name in FULL_PATH_ONLY and dict(kwargs).get("scale", 1.0) != 1.0:
-        assert not _replay_records(graph)
-    else:
-        assert len(_replay_records(graph)) == 1, "the repeated call was not replayed"
+    assert len(_replay_records(graph)) == 1, "the repeated call was not replayed"
 
 
 def test_threads_record_and_replay_their_own_calls(cupy):
