@@ -116,7 +116,16 @@ def _shape_text(rows, heads, tail):
 def finite_scalar(name, value):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
+    return finite_float(name, value)
+
+
+def finite_float(name, value):
+    """float(value) of a real number; ValueError naming it where that is not finite, an
+    integer past float's range included (float() raises OverflowError)."""
+    try:
+        value = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be finite, got an integer beyond float's range (1.8e308)") from None
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     return value

@@ -912,6 +912,7 @@ def test_edge_list_delimiter_and_comments_must_be_strings(tmp_path):
         ({"degree": 1e300}, ValueError, "degree \\* num_nodes"),
         ({"homophily": "0.5"}, TypeError, "homophily must be a real number"),
         ({"homophily": float("nan")}, ValueError, "homophily must be finite"),
+        ({"homophily": 10**400}, ValueError, "homophily must be finite"),  # float() raised OverflowError
         ({"feature_noise": None}, TypeError, "feature_noise must be a real number"),
     ],
 )
@@ -932,6 +933,7 @@ def test_sbm_accepts_integer_and_numpy_degrees():
         ({"a": "0.5"}, TypeError, "^a must be a real number, got str"),
         ({"a": float("nan")}, ValueError, "^a must be finite"),  # was accepted: all edges in row 0
         ({"b": float("inf")}, ValueError, "^b must be finite"),
+        ({"b": -(10**400)}, ValueError, "^b must be finite"),
         ({"c": -0.1}, ValueError, "^c must be >= 0"),
         ({"c": None}, TypeError, "^c must be a real number"),
     ],

@@ -5,6 +5,7 @@ import numbers
 
 import numpy as np
 
+from cupy_csrattn._validate import finite_float
 from cupy_csrattn.graph import CSRGraph
 
 INT32_MAX = np.iinfo(np.int32).max
@@ -47,9 +48,7 @@ def check_real(name, value, low=None, high=None):
     """``value`` as a finite float, >= ``low`` and <= ``high`` when given; TypeError or ValueError naming it."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
+    value = finite_float(name, value)
     if low is not None and value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}")
     if high is not None and value > high:
