@@ -4,7 +4,7 @@ import numpy as np
 import scipy.sparse
 
 from cupy_csrattn import backend
-from cupy_csrattn.index_arrays import index_array, index_input, node_count, uint64_fits
+from cupy_csrattn.index_arrays import count_of_ids, index_array, index_input, node_count, uint64_fits
 
 _CHECK_MODES = ("full", "fast", "none")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -49,10 +49,7 @@ class CSRGraph:
     """
 
     def __init__(self, indptr, indices, num_src=None, *, check="full", copy=True):
-        if not isinstance(check, str):
-            raise TypeError(f"check must be one of {_CHECK_MODES}, got {type(check).__name__}")
-        if check not in _CHECK_MODES:
-            raise ValueError(f"check must be one of {_CHECK_MODES}, got {check!r}")
+        check_mode(check)
         copy = backend.flag("copy", copy)
         given_indptr, given_indices = index_input("indptr", indptr), index_input("indices", indices)
         on_gpu = backend.is_cupy_array(given_indptr) or backend.is_cupy_array(given_indices)
@@ -72,7 +69,7 @@ class CSRGraph:
         if check != "none":
             num_src = self._check_structure(xp, indptr, indices, num_src, full=check == "full")
         elif num_src is None:
-            num_src = int(indices.max()) + 1 if len(indices) else 0  # host sync
+            num_src = count_of_ids("indices", int(indices.max())) if len(indices) else 0  # host sync
         if copy:  # arrays converted above are new already
             indptr = _read_only(indptr.copy() if indptr is given_indptr else indptr)
             indices = _read_only(indices.copy() if indices is given_indices else indices)
@@ -109,7 +106,7 @@ class CSRGraph:
             if low < 0:
                 raise ValueError(f"indices must be >= 0, got {low}")
             if num_src is None:
-                num_src = high + 1
+                num_src = count_of_ids("indices", high)
             if high >= num_src:
                 raise ValueError(f"indices must be < num_src = {num_src}, got {high}")
         return 0 if num_src is None else num_src
@@ -149,48 +146,7 @@ class CSRGraph:
         perm : (E,) int64 array
             Graph edge ``e`` is input edge ``perm[e]``.
         """
-        num_dst = None if num_dst is None else node_count("num_dst", num_dst)
-        num_src = None if num_src is None else node_count("num_src", num_src)
-        src, dst = index_input("src", src), index_input("dst", dst)
-        on_gpu = backend.is_cupy_array(src) or backend.is_cupy_array(dst)
-        src = index_array("src", src, on_gpu)
-        dst = index_array("dst", dst, on_gpu)
-        if src.dtype == np.uint64 or dst.dtype == np.uint64:
-            uint64_fits("src", src)  # host sync
-            uint64_fits("dst", dst)
-            src, dst = src.astype(np.int64), dst.astype(np.int64)
-        if len(src) != len(dst):
-            raise ValueError(f"src has {len(src)} entries but dst has {len(dst)}")
-        xp = backend.array_module(on_gpu)
-        num_edges = len(dst)
-        high_dst = high_src = -1
-        if num_edges:
-            bounds = xp.stack([a.astype(np.int64) for a in (dst.min(), dst.max(), src.min(), src.max())])
-            low_dst, high_dst, low_src, high_src = (int(v) for v in bounds.tolist())  # host sync
-            for name, low in (("dst", low_dst), ("src", low_src)):
-                if low < 0:
-                    raise ValueError(f"{name} must be >= 0, got {low}")
-        num_dst = high_dst + 1 if num_dst is None else num_dst
-        num_src = high_src + 1 if num_src is None else num_src
-        for name, high, count in (("dst", high_dst, num_dst), ("src", high_src, num_src)):
-            if high >= count:
-                raise ValueError(f"{name} must be < num_{name} = {count}, got {high}")
-        if xp is np and num_edges < (1 << 32) and num_dst <= _INT32_MAX:
-            # One sort of distinct 64-bit keys (destination << 32 | input position): the order of a
-            # stable argsort by destination, several times faster on large graphs.
-            perm = dst.astype(np.int64) << 32
-            perm |= np.arange(num_edges, dtype=np.int64)
-            perm.sort()
-            perm &= 0xFFFFFFFF
-        else:
-            perm = xp.argsort(dst, kind="stable") if xp is np else xp.argsort(dst)  # CuPy's sort is stable
-        counts = xp.bincount(dst, minlength=num_dst) if num_edges else xp.zeros(num_dst, np.int64)
-        indptr_dtype = np.int64 if num_edges > _INT32_MAX else src.dtype
-        indptr = xp.zeros(num_dst + 1, dtype=indptr_dtype)
-        xp.cumsum(counts, out=indptr[1:])
-        # Valid by construction: every id was checked above.
-        graph = cls(_read_only(indptr), _read_only(src[perm]), num_src, check="none", copy=False)
-        return graph, perm
+        return edges_to_graph(cls, src, dst, num_dst, num_src)
 
     # -- attributes -----------------------------------------------------------------
     @property
@@ -321,6 +277,57 @@ def _with_twin(twin, original):
     return twin
 
 
+def edges_to_graph(cls, src, dst, num_dst, num_src, names=("src", "dst"), count_names=("num_dst", "num_src")):
+    """CSRGraph.from_edge_index, its errors naming the arrays ``names`` (src, dst) and the
+    counts ``count_names`` (num_dst, num_src): a matrix's own where they are its entries."""
+    src_name, dst_name = names
+    num_dst = None if num_dst is None else node_count(count_names[0], num_dst)
+    num_src = None if num_src is None else node_count(count_names[1], num_src)
+    src, dst = index_input(src_name, src), index_input(dst_name, dst)
+    on_gpu = backend.is_cupy_array(src) or backend.is_cupy_array(dst)
+    src = index_array(src_name, src, on_gpu)
+    dst = index_array(dst_name, dst, on_gpu)
+    if src.dtype == np.uint64 or dst.dtype == np.uint64:
+        uint64_fits(src_name, src)  # host sync
+        uint64_fits(dst_name, dst)
+        src, dst = src.astype(np.int64), dst.astype(np.int64)
+    if len(src) != len(dst):
+        raise ValueError(f"{src_name} has {len(src)} entries but {dst_name} has {len(dst)}")
+    xp = backend.array_module(on_gpu)
+    num_edges = len(dst)
+    high_dst = high_src = -1
+    if num_edges:
+        bounds = xp.stack([a.astype(np.int64) for a in (dst.min(), dst.max(), src.min(), src.max())])
+        low_dst, high_dst, low_src, high_src = (int(v) for v in bounds.tolist())  # host sync
+        for name, low in ((dst_name, low_dst), (src_name, low_src)):
+            if low < 0:
+                raise ValueError(f"{name} must be >= 0, got {low}")
+    num_dst = count_of_ids(dst_name, high_dst) if num_dst is None else num_dst
+    num_src = count_of_ids(src_name, high_src) if num_src is None else num_src
+    for name, high, count_name, count in (
+        (dst_name, high_dst, count_names[0], num_dst),
+        (src_name, high_src, count_names[1], num_src),
+    ):
+        if high >= count:
+            raise ValueError(f"{name} must be < {count_name} = {count}, got {high}")
+    if xp is np and num_edges < (1 << 32) and num_dst <= _INT32_MAX:
+        # One sort of distinct 64-bit keys (destination << 32 | input position): the order of a
+        # stable argsort by destination, several times faster on large graphs.
+        perm = dst.astype(np.int64) << 32
+        perm |= np.arange(num_edges, dtype=np.int64)
+        perm.sort()
+        perm &= 0xFFFFFFFF
+    else:
+        perm = xp.argsort(dst, kind="stable") if xp is np else xp.argsort(dst)  # CuPy's sort is stable
+    counts = xp.bincount(dst, minlength=num_dst) if num_edges else xp.zeros(num_dst, np.int64)
+    indptr_dtype = np.int64 if num_edges > _INT32_MAX else src.dtype
+    indptr = xp.zeros(num_dst + 1, dtype=indptr_dtype)
+    xp.cumsum(counts, out=indptr[1:])
+    # Valid by construction: every id was checked above.
+    graph = cls(_read_only(indptr), _read_only(src[perm]), num_src, check="none", copy=False)
+    return graph, perm
+
+
 def _stored_columns_of_csc(matrix, xp):
     """Column of each stored entry of a CSC matrix."""
     edges = xp.arange(len(matrix.indices), dtype=matrix.indptr.dtype)
@@ -333,6 +340,8 @@ def graph_and_edge_order(matrix, check, name="matrix", copy=True):
     copy=False shares a CSR matrix's structure arrays (for a graph that lives no longer than
     one op call); CSC and COO always give new arrays.
     """
+    check_mode(check)
+    copy = backend.flag("copy", copy)
     is_scipy = scipy.sparse.issparse(matrix)
     if not is_scipy and not backend.is_cupyx_sparse(matrix):
         raise TypeError(f"{name} must be a scipy.sparse or cupyx.scipy.sparse matrix, got {type(matrix).__name__}")
@@ -346,14 +355,23 @@ def graph_and_edge_order(matrix, check, name="matrix", copy=True):
         return CSRGraph(matrix.indptr, matrix.indices, num_src, check=check, copy=copy), None
     xp = np if is_scipy else backend.cupy
     if fmt == "coo":
-        dst, src = matrix.row, matrix.col
+        dst, src, names = matrix.row, matrix.col, (f"{name}.col", f"{name}.row")
     elif fmt == "csc":  # its indptr must be sound before it numbers the columns (rows: from_edge_index)
         try:
             CSRGraph(matrix.indptr, matrix.indices, check="full", copy=False)
         except ValueError as error:
             raise ValueError(f"{name} is not a valid CSC matrix: {error}") from None
         dst, src = matrix.indices, _stored_columns_of_csc(matrix, xp)
+        names = (f"the columns of {name}", f"{name}.indices")
     else:
         raise TypeError(f"{name} is a sparse matrix in format {fmt!r}; only CSR, CSC and COO are supported")
-    graph, perm = CSRGraph.from_edge_index(src, dst, num_dst, num_src)
-    return graph, perm
+    counts = (f"{name}.shape[0]", f"{name}.shape[1]")
+    return edges_to_graph(CSRGraph, src, dst, num_dst, num_src, names, counts)
+
+
+def check_mode(check):
+    """TypeError or ValueError naming ``check`` unless it is one of _CHECK_MODES."""
+    if not isinstance(check, str):
+        raise TypeError(f"check must be one of {_CHECK_MODES}, got {type(check).__name__}")
+    if check not in _CHECK_MODES:
+        raise ValueError(f"check must be one of {_CHECK_MODES}, got {check!r}")

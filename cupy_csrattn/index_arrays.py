@@ -53,3 +53,11 @@ def node_count(name, value):
     if value >= np.iinfo(np.int64).max:
         raise ValueError(f"{name} must be less than 2**63 - 1 (int64 node ids), got {value}")
     return value
+
+
+def count_of_ids(name, high):
+    """high + 1: the node count that ids up to ``high`` (in ``name``; -1 for none) imply; a
+    ValueError naming ``name`` where that is no node count (see node_count)."""
+    if high + 1 >= np.iinfo(np.int64).max:
+        raise ValueError(f"{name} holds node id {high}; node ids must be less than 2**63 - 2 (int64 node ids)")
+    return high + 1

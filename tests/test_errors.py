@@ -136,6 +136,20 @@ def test_from_edge_index_src_beyond_num_src(xp):
         CSRGraph.from_edge_index(to_xp(xp, np.array([0, 4])), to_xp(xp, np.array([0, 1])), num_dst=2, num_src=3)
 
 
+@pytest.mark.parametrize("check", ["full", "fast", "none"])
+def test_inferred_node_count_beyond_int64(xp, check):
+    """An id of 2**63 - 1 (or 2**63 - 2) implies a node count that num_src=... would be refused:
+    refused as such, naming the ids, not accepted as num_src = 2**63 for a later op to fail on."""
+    for high in (2**63 - 1, 2**63 - 2):
+        with pytest.raises(ValueError, match="^indices holds node id"):
+            _csr(xp, np.array([0, 1]), np.array([high]), None, check=check)
+        with pytest.raises(ValueError, match="^src holds node id"):
+            CSRGraph.from_edge_index(to_xp(xp, np.array([high])), to_xp(xp, np.array([0])))
+        with pytest.raises(ValueError, match="^dst holds node id"):
+            CSRGraph.from_edge_index(to_xp(xp, np.array([0])), to_xp(xp, np.array([high])))
+    assert _csr(xp, np.array([0, 1]), np.array([2**63 - 3]), None, check=check).num_src == 2**63 - 2
+
+
 @pytest.mark.parametrize("count", [2**63 - 1, 2**70])
 def test_node_counts_beyond_int64(xp, count):
     """A node count whose CSR indptr (count + 1 entries) cannot be indexed in int64 is refused
@@ -191,6 +205,37 @@ def test_from_scipy_indptr_of_another_length(fmt):
     A.indptr[-1] = A.nnz
     with pytest.raises(ValueError, match=r"matrix has shape \(4, 5\), but its indptr has"):
         CSRGraph.from_scipy(A)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_from_scipy_checks_check_and_copy_in_every_format(fmt):
+    import scipy.sparse
+
+    A = scipy.sparse.random(4, 5, density=0.5, format=fmt, random_state=0)
+    with pytest.raises(ValueError, match="check must be one of"):
+        CSRGraph.from_scipy(A, check="bogus")
+    with pytest.raises(TypeError, match="copy must be True or False"):
+        CSRGraph.from_scipy(A, copy="no")
+
+
+def test_from_scipy_entries_out_of_range_name_the_matrix_arrays():
+    """COO and CSC entries changed after the matrix was made (scipy checks them at construction
+    only): the errors name the matrix's arrays and shape, not from_edge_index's arguments."""
+    import scipy.sparse
+
+    A = scipy.sparse.coo_array(np.eye(3))
+    A.col = np.array([0, 7, 2], A.col.dtype)
+    with pytest.raises(ValueError, match=r"^matrix.col must be < matrix.shape\[1\] = 3, got 7"):
+        CSRGraph.from_scipy(A)
+    with pytest.raises(ValueError, match=r"^graph.col must be < graph.shape\[1\] = 3, got 7"):
+        ca.spmm(A, None, np.eye(3))
+    A.col, A.row = np.array([0, 1, 2], A.col.dtype), np.array([0, -1, 2], A.row.dtype)
+    with pytest.raises(ValueError, match=r"^matrix.row must be >= 0, got -1"):
+        CSRGraph.from_scipy(A)
+    B = scipy.sparse.csc_array(np.eye(3))
+    B.indices = np.array([0, 5, 2], B.indices.dtype)
+    with pytest.raises(ValueError, match=r"^matrix.indices must be < matrix.shape\[0\] = 3, got 5"):
+        CSRGraph.from_scipy(B)
 
 
 def test_from_scipy_one_dimensional():
