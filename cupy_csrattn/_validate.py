@@ -156,6 +156,10 @@ def dtype_list(name, given, supported):
 
 
 def choice(name, value, options):
+    """ValueError naming ``name`` unless value is one of the strings ``options`` (tested as a
+    string first: ``in`` would compare an array element by element and raise NumPy's error)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be one of {options}, got a {type(value).__name__}")
     if value not in options:
         raise ValueError(f"{name} must be one of {options}, got {value!r}")
 

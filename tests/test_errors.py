@@ -377,8 +377,9 @@ def test_spmm_backward_grad_out_wrong_features(xp):
 # ------------------------------------------------------------------ sddmm
 
 
-def test_sddmm_unknown_op(xp):
-    _raises(xp, ValueError, r"\bop\b", "sddmm", _r(N_DST, D), _r(N_SRC, D), op="mul")
+@pytest.mark.parametrize("op", ["mul", None, np.array(["dot", "add"])])
+def test_sddmm_unknown_op(xp, op):
+    _raises(xp, ValueError, r"\bop\b", "sddmm", _r(N_DST, D), _r(N_SRC, D), op=op)
 
 
 def test_sddmm_feature_mismatch(xp):

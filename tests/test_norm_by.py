@@ -110,7 +110,7 @@ def test_sparse_matrix_is_normalized_over_its_columns(xp, fmt):
 
 
 @pytest.mark.parametrize("op", ["edge_softmax", "edge_softmax_backward"])
-@pytest.mark.parametrize("norm_by", ["row", "SRC", None, 1])
+@pytest.mark.parametrize("norm_by", ["row", "SRC", None, 1, np.array(["dst", "src"]), np.array("dst")])
 def test_norm_by_must_be_dst_or_src(xp, op, norm_by):
     graph = named_graph("odd_sizes")
     scores = to_xp(xp, np.ones(len(graph.indices)))
