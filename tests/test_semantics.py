@@ -751,7 +751,7 @@ def test_sparse_spmm_uses_data_when_weights_none(xp, fmt):
 @pytest.mark.parametrize("data_dtype", [np.bool_, np.int8, np.uint8, np.int64, np.uint64])
 def test_sparse_spmm_of_an_integer_matrix(data_dtype):
     """An adjacency matrix of bool or (unsigned) integers weights like A @ X: its data take the
-    dtype of the values."""
+    dtype of the values (where A @ X would promote int64 data to float64)."""
     import scipy.sparse
 
     A = scipy.sparse.random_array((6, 5), density=0.5, format="csr", rng=18)
@@ -760,6 +760,31 @@ def test_sparse_spmm_of_an_integer_matrix(data_dtype):
     out = ca.spmm(A, None, values)
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, A.astype(np.float64) @ values, rtol=1e-6)
+
+
+@pytest.mark.parametrize("data_dtype", [np.int32, np.int64, np.uint16, np.uint64])
+@pytest.mark.parametrize("func", ["spmm", "spmm_backward"])
+def test_sparse_spmm_of_integers_past_float16(data_dtype, func):
+    """Integer data taken as float16 weights overflowed to inf (and warned); those past 65504
+    are refused naming the data, those within it give A @ X."""
+    import scipy.sparse
+
+    values = np.ones((2, 2), np.float16)
+    args = (values, values) if func == "spmm_backward" else (values,)
+    for top in (65505, 100000) if data_dtype != np.uint16 else (65505, 65535):
+        A = scipy.sparse.csr_array(
+            (np.array([top, 3], data_dtype), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2)
+        )
+        with pytest.raises(ValueError, match=f"^graph.data holds {top}, beyond the range of float16"):
+            getattr(ca, func)(A, None, *args)
+    if np.iinfo(data_dtype).min < 0:
+        A.data = np.array([-70000, 3], data_dtype)
+        with pytest.raises(ValueError, match="^graph.data holds -70000"):
+            ca.spmm(A, None, values)
+    A.data = np.array([65504, 3], data_dtype)
+    with np.errstate(all="raise"):
+        out = ca.spmm(A, None, values)
+    np.testing.assert_array_equal(out, np.array([[65504, 65504], [3, 3]], np.float16))
 
 
 # ------------------------------------------------------------------ devices

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import scipy.sparse
 
 from cupy_csrattn import _validate, backend
@@ -15,15 +16,29 @@ from cupy_csrattn.ops.registry import register
 def _matrix_weights(graph, values):
     """With weights=None: the sparse matrix's data as (E,) weights, else None (all ones).
 
-    Integer or bool data (an adjacency matrix) take the dtype of values, as ``A @ X`` promotes
-    them; floating-point data take part in the result dtype like any weights.
+    Integer or bool data (an adjacency matrix) take the dtype of values, where ``A @ X`` would
+    promote int32 and int64 data to float64; a ValueError where they pass float16's range
+    with float16 values. Floating-point data take part in the result dtype like any weights.
     """
     if not (scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph)):
         return None
     data = backend.as_array("graph.data", graph.data)
     if data.dtype.kind in "biu" and values.dtype in _validate.FLOAT_DTYPES:
+        _fits_float16("graph.data", data, values.dtype)
         return data.astype(values.dtype)
     return _validate.float_array("graph.data", data)
+
+
+def _fits_float16(name, data, dtype):
+    """ValueError naming ``name`` where integer ``data`` taken as float16 (``dtype``) would
+    overflow; a host sync, only for float16 and integer types reaching past its range."""
+    limit = int(np.finfo(np.float16).max)
+    if dtype != np.float16 or data.dtype.kind == "b" or np.iinfo(data.dtype).max <= limit or not data.size:
+        return
+    low, high = int(data.min()), int(data.max())
+    if max(-low, high) > limit:
+        value = high if high > limit else low
+        raise ValueError(f"{name} holds {value}, beyond the range of float16 ({limit}), the dtype of values")
 
 
 def _check(graph, g, weights, values):
