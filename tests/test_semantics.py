@@ -228,6 +228,34 @@ def test_non_finite_inputs_raise_no_floating_point_warning(xp, case, fill):
             check_outputs(xp, case, got, expected, poisoned, kwargs, equal_nan=True)
 
 
+@pytest.mark.parametrize("func", ["attention_aggregate_backward", "gat_attention_backward"])
+def test_lse_past_the_data_dtype_narrows_without_warning(xp, func):
+    """An lse given in float64 for float32 data is taken in float32: 1e300 rounds to inf there,
+    as CuPy's conversion does, with no NumPy overflow warning (an error under
+    np.seterr(all="raise")); the gradients are those of lse = inf in float32."""
+    graph = named_graph("zero_degree_rows")
+    rng = np.random.default_rng(21)
+    N, E, H = num_dst_of(graph), len(graph.indices), 2
+    values, grad_out = (
+        rng.standard_normal((graph.num_src, H, 3), np.float32),
+        rng.standard_normal((N, H, 3), np.float32),
+    )
+    if func == "attention_aggregate_backward":
+        first = (rng.standard_normal((E, H), np.float32), values, grad_out)
+        call = lambda lse: ca.attention_aggregate_backward(make_graph(xp, graph), *to_xp(xp, first), lse=to_xp(xp, lse))
+    else:
+        a_dst, a_src = rng.standard_normal((N, H), np.float32), rng.standard_normal((graph.num_src, H), np.float32)
+        first = (a_dst, a_src, values, grad_out, grad_out)
+        call = lambda lse: ca.gat_attention_backward(make_graph(xp, graph), *to_xp(xp, first), to_xp(xp, lse))
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        got = call(np.full((N, H), 1e300))
+    expected = call(np.full((N, H), np.inf, np.float32))
+    for g, e in zip(got, expected):
+        assert g.dtype == np.float32
+        np.testing.assert_array_equal(to_np(g), to_np(e))
+
+
 def test_pos_inf_score_gives_nan_in_its_row_and_head(xp):
     """As scipy.special.softmax: a +inf score makes its row and head NaN."""
     import scipy.special

@@ -53,14 +53,14 @@ class Placement:
     def node_input(self, x, dtype, per_node_scalar=False):
         """(N, H, F) view or copy of an (N, *S, F) node array; (N, H) of an (N, *S) one when
         per_node_scalar."""
-        x = self._converted(x, self.xp.ascontiguousarray(backend.to_device(x, self.on_gpu).astype(dtype, copy=False)))
+        x = self._converted(x, self._contiguous(backend.to_device(x, self.on_gpu), dtype))
         if per_node_scalar:
             return x.reshape(x.shape[0], math.prod(x.shape[1:]))
         return x.reshape(x.shape[0], math.prod(x.shape[1:-1]), x.shape[-1])
 
     def dense_input(self, x, dtype, shape):
         """x (neither a node nor an edge array: a parameter) as a C-contiguous array of ``shape``."""
-        placed = self.xp.ascontiguousarray(backend.to_device(x, self.on_gpu).astype(dtype, copy=False))
+        placed = self._contiguous(backend.to_device(x, self.on_gpu), dtype)
         return self._converted(x, placed).reshape(shape)
 
     def edge_input(self, x, dtype, features=False):
@@ -72,10 +72,20 @@ class Placement:
         x = backend.to_device(x, self.on_gpu)
         if self.edge_order is not None:
             x = x[self.edge_order]
-        x = self._converted(original, self.xp.ascontiguousarray(x.astype(dtype, copy=False)))
+        x = self._converted(original, self._contiguous(x, dtype))
         if features:
             return x.reshape(x.shape[0], math.prod(x.shape[1:-1]), x.shape[-1])
         return x.reshape(x.shape[0], math.prod(x.shape[1:]))
+
+    def _contiguous(self, x, dtype):
+        """x in ``dtype``, C-contiguous (itself where it is already). A narrowing conversion (an
+        lse given in float64 for float32 data) rounds as IEEE does, to inf past the range, as
+        CuPy's does: on the CPU without NumPy's overflow warning (an error under
+        np.seterr(all="raise")), as in ``run``."""
+        if self.on_gpu:
+            return self.xp.ascontiguousarray(x.astype(dtype, copy=False))
+        with np.errstate(all="ignore"):
+            return np.ascontiguousarray(x.astype(dtype, copy=False))
 
     def _converted(self, original, placed):
         """placed; a call being recorded for replay learns when it is a copy of original."""
