@@ -18,12 +18,24 @@ def resolve_graph(graph):
         return graph, None
     if scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph):
         return graph_and_edge_order(graph, "full", name="graph", copy=False)
-    if isinstance(graph, (tuple, list)) and len(graph) in (2, 3) and all(np.ndim(part) == 1 for part in graph[:2]):
-        return CSRGraph(*graph, copy=False), None  # lives for one call: no copy needed
+    if isinstance(graph, (tuple, list)) and len(graph) in (2, 3):
+        if all(_ndim(part) == 1 for part in graph[:2]):
+            return CSRGraph(*graph, copy=False), None  # lives for one call: no copy needed
+        raise TypeError(
+            f"graph as a {type(graph).__name__} must be (indptr, indices[, num_src]) with 1-D indptr and indices"
+        )
     raise TypeError(
         "graph must be a CSRGraph, a scipy or cupyx sparse matrix, or a tuple "
         f"(indptr, indices[, num_src]), got {type(graph).__name__}"
     )
+
+
+def _ndim(part):
+    """np.ndim(part), or -1 for a ragged sequence (np.ndim raises NumPy's ValueError)."""
+    try:
+        return np.ndim(part)
+    except ValueError:
+        return -1
 
 
 # The dtypes the kernels compute in; every other dtype, floating point included, is refused.

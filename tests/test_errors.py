@@ -276,6 +276,15 @@ def test_unsupported_sparse_format_as_graph(xp, fmt):
         ca.edge_softmax(A, np.ones(A.nnz))
 
 
+@pytest.mark.parametrize(
+    "graph", [([0, [1]], [0]), ([0, 1], [[0]]), ([[0, 1]], [0], 2)], ids=["ragged", "2d", "2d_indptr"]
+)
+def test_tuple_graph_of_other_shapes(graph):
+    """A ragged sequence raised NumPy's "inhomogeneous shape" ValueError, naming nothing."""
+    with pytest.raises(TypeError, match=r"^graph as a tuple must be \(indptr, indices\[, num_src\]\) with 1-D"):
+        ca.edge_softmax(graph, np.ones(1))
+
+
 def test_bad_tuple_graph_is_checked(xp):
     with pytest.raises(ValueError, match="indices"):
         ca.edge_softmax((to_xp(xp, np.array([0, 1, 2])), to_xp(xp, np.array([0, 5])), 3), to_xp(xp, _r(2)))
