@@ -158,7 +158,7 @@ def dtype_list(name, given, supported):
     for entry in given:
         try:
             dtype = np.dtype(entry)
-        except TypeError:
+        except (TypeError, ValueError):  # ValueError: a malformed spec, ("f8", -1)
             raise TypeError(f"{name} must hold dtypes, got {entry!r}") from None
         if dtype not in supported:
             names = ", ".join(d.name for d in supported)

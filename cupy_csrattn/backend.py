@@ -46,6 +46,8 @@ def as_array(name, x):
     CUDA __dlpack_device__: PyTorch, JAX, Numba arrays) become CuPy views of the same memory;
     other __dlpack__ objects become NumPy views; anything else goes through np.asarray.
     """
+    if isinstance(x, np.ma.MaskedArray):  # computed as an ndarray, its masked elements would count
+        raise TypeError(f"{name} is a masked array, whose mask the ops would ignore; pass {name}.filled(value)")
     if isinstance(x, np.ndarray):
         array = x
     elif is_cupy_array(x):

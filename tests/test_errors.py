@@ -298,6 +298,15 @@ def test_edge_softmax_needs_scores_for_a_non_matrix_graph(xp):
 # ------------------------------------------------------------------ edge arrays
 
 
+def test_masked_arrays_are_refused():
+    """A masked array's mask was dropped: its masked elements took part in the softmax."""
+    scores = np.ma.masked_array(_r(E), mask=np.arange(E) == 1)
+    with pytest.raises(TypeError, match=r"^scores is a masked array, whose mask the ops would ignore"):
+        ca.edge_softmax((GRAPH.indptr, GRAPH.indices), scores)
+    with pytest.raises(TypeError, match=r"^indices is a masked array"):
+        ca.CSRGraph(GRAPH.indptr, np.ma.masked_array(GRAPH.indices))
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.complex128])
 def test_non_float_scores(xp, dtype):
     _raises(xp, TypeError, "scores", "edge_softmax", np.ones(E, dtype))
@@ -879,9 +888,10 @@ def test_failed_call_leaves_out_untouched(xp):
         (dict(index_dtypes=["float32"]), ValueError, "index_dtypes must hold dtypes among int32, int64, got float32"),
         (dict(index_dtypes=[np.uint32]), ValueError, "index_dtypes .* got uint32"),
         (dict(dtypes=["no such type"]), TypeError, "dtypes must hold dtypes, got 'no such type'"),
+        (dict(dtypes=[("f8", -1)]), TypeError, "dtypes must hold dtypes, got"),  # NumPy's ValueError
         (dict(dtypes=5), TypeError, "dtypes must be a dtype or an iterable of dtypes, got int"),
     ],
-    ids=["int-data", "complex-data", "float-index", "uint-index", "unknown-name", "not-iterable"],
+    ids=["int-data", "complex-data", "float-index", "uint-index", "unknown-name", "malformed-spec", "not-iterable"],
 )
 def test_warmup_bad_dtypes(kwargs, exc, match):
     """Checked before anything else, so the same error with or without a GPU."""
