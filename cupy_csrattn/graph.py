@@ -262,6 +262,7 @@ class CSRGraph:
             perm = perm.astype(np.int64, copy=False)
             indptr = xp.zeros(self.num_src + 1, dtype=self.indptr.dtype)
             if self.num_edges:
+                # host sync on the GPU (cupy.bincount reads the largest index)
                 xp.cumsum(xp.bincount(self.indices, minlength=self.num_src), out=indptr[1:])
             dst_dtype = self.index_dtype if self.num_dst <= np.iinfo(self.index_dtype).max + 1 else np.int64
             indices = self.row_of_edge()[perm].astype(dst_dtype, copy=False)
@@ -319,7 +320,7 @@ def edges_to_graph(cls, src, dst, num_dst, num_src, names=("src", "dst"), count_
         perm &= 0xFFFFFFFF
     else:
         perm = xp.argsort(dst, kind="stable") if xp is np else xp.argsort(dst)  # CuPy's sort is stable
-    counts = xp.bincount(dst, minlength=num_dst) if num_edges else xp.zeros(num_dst, np.int64)
+    counts = xp.bincount(dst, minlength=num_dst) if num_edges else xp.zeros(num_dst, np.int64)  # host sync (GPU)
     indptr_dtype = np.int64 if num_edges > _INT32_MAX else src.dtype
     indptr = xp.zeros(num_dst + 1, dtype=indptr_dtype)
     xp.cumsum(counts, out=indptr[1:])

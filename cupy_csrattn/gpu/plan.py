@@ -63,11 +63,11 @@ def _build(graph, whole_row_edges, chunk_edges, empty_last=False):
     indptr = graph.indptr.astype(np.int64, copy=False)
     degrees = cupy.diff(indptr)
     is_split = degrees > whole_row_edges
-    whole = cupy.flatnonzero(~is_split & (degrees > 0) if empty_last else ~is_split)
+    whole = cupy.flatnonzero(~is_split & (degrees > 0) if empty_last else ~is_split)  # host sync (its size)
     whole = whole[cupy.argsort(-degrees[whole], kind="stable")]  # longest first, ties in row order
     whole_items = cupy.stack([whole, indptr[whole], indptr[whole + 1], cupy.full_like(whole, -1)], axis=1)
 
-    split = cupy.flatnonzero(is_split)
+    split = cupy.flatnonzero(is_split)  # host sync
     split_degrees = degrees[split]
     chunk = cupy.maximum(chunk_edges, -(-split_degrees // MAX_CHUNKS))
     counts = -(-split_degrees // chunk)
@@ -79,7 +79,7 @@ def _build(graph, whole_row_edges, chunk_edges, empty_last=False):
     end = cupy.minimum(begin + chunk[owner], indptr[split + 1][owner])
     split_items = cupy.stack([split[owner], begin, end, owner], axis=1)
 
-    empty = cupy.flatnonzero(degrees == 0) if empty_last else whole[:0]
+    empty = cupy.flatnonzero(degrees == 0) if empty_last else whole[:0]  # host sync
     empty_items = cupy.stack([empty, indptr[empty], indptr[empty], cupy.full_like(empty, -1)], axis=1)
 
     items = cupy.concatenate([whole_items, split_items, empty_items])
