@@ -15,8 +15,10 @@ def run_row_kernels(prefix, graph, values, out, weight_args, softmax=False, lse_
 
     values and out are (N, H, F); lse_out (N, H).
     """
-    plan = plans.plan_for(graph, fused)
     heads, features = values.shape[1], values.shape[2]
+    if heads == 0:  # nothing to write; the kernels' lanes per head (WARP / H) need a head
+        return
+    plan = plans.plan_for(graph, fused)
     dtype, index_dtype = values.dtype, graph.index_dtype
     state_dtype = accumulation_dtype(dtype)
     split_items = plan.num_split_items
