@@ -398,6 +398,20 @@ def test_a_parameter_is_a_whole_array(partitioned):
         cad.gatv2_attention(pg, x, x, da.ones((2, 3), dtype=np.float32))
 
 
+@pytest.mark.parametrize("att", [[[0.5, -1.0, 2.0], [1.0, 0.0, -0.5]], [[0.5, -1.0, 2.0]]], ids=["H2", "H1"])
+def test_a_parameter_given_as_a_list(partitioned, att):
+    """att as a list, as the single-graph op takes it: a task took a list argument for a
+    source-side array's pieces, so each partition joined att into one axis."""
+    pg = partitioned("square", 2)
+    heads = len(att)
+    x = np.random.default_rng(4).standard_normal((pg.num_dst, heads, 3)).astype(np.float32)
+    graph = ca.CSRGraph(*_square())
+    expected = ca.gatv2_attention(graph, x, x, att)
+    got = cad.gatv2_attention(pg, pg.as_node_array(x), pg.as_node_array(x, "src"), att).compute()
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_a_lost_worker_is_named():
     """A worker that leaves the cluster takes its partition's local graph with it: the next
     call says which partition was lost (at once, no hang) instead of a bare cancellation."""

@@ -18,6 +18,7 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
+from cupy_csrattn import backend
 from cupy_csrattn.distributed import tasks
 from cupy_csrattn.distributed.graph import PartitionedGraph, check_timeout, wait_for
 from cupy_csrattn.graph import CSRGraph
@@ -39,7 +40,8 @@ def check_array(pg, name, x, side):
     if side == "param":
         if isinstance(x, da.Array):
             raise TypeError(f"{name} is a parameter every partition reads whole: pass a NumPy or CuPy array")
-        return x
+        # An array from here on: a task takes a list argument for a source-side array's pieces.
+        return backend.as_array(name, x)
     if not isinstance(x, da.Array):
         raise TypeError(
             f"{name} must be a dask array chunked by the partition (graph.as_node_array or "
@@ -67,10 +69,11 @@ def check_array(pg, name, x, side):
 
 def _probe(function, inputs, kwargs):
     """Run the single-device op on an empty graph with empty arrays of the inputs' dtypes and
-    trailing shapes: it checks them (errors naming the argument) and gives each result's dtype
-    and trailing shape (None for a result the op does not return)."""
+    trailing shapes (a parameter's whole shape: no edge reads its values; a NumPy one whatever
+    its device, CuPy's do not convert implicitly): it checks them (errors naming the argument)
+    and gives each result's dtype and trailing shape (None for a result the op does not return)."""
     empty = [
-        None if x is None else np.asarray(x) if side == "param" else np.empty((0,) + tuple(x.shape[1:]), x.dtype)
+        None if x is None else np.empty(x.shape if side == "param" else (0,) + tuple(x.shape[1:]), x.dtype)
         for _, x, side, _ in inputs
     ]
     positional = [a for a, (_, _, _, keyword) in zip(empty, inputs) if not keyword]
