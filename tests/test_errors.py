@@ -7,6 +7,7 @@ import pytest
 from helpers import is_numpy
 
 import cupy_csrattn as ca
+from cupy_csrattn import datasets
 from cupy_csrattn.testing.arrays import make_graph, to_xp
 from cupy_csrattn.testing.compare import to_np
 from cupy_csrattn.testing.graphs import named_graph, num_dst_of
@@ -305,6 +306,8 @@ def test_masked_arrays_are_refused():
         ca.edge_softmax((GRAPH.indptr, GRAPH.indices), scores)
     with pytest.raises(TypeError, match=r"^indices is a masked array"):
         ca.CSRGraph(GRAPH.indptr, np.ma.masked_array(GRAPH.indices))
+    with pytest.raises(TypeError, match=r"^values is a masked array"):
+        datasets.add_self_loops(ca.CSRGraph([0, 1, 1], [1]), np.ma.masked_array([2.0], mask=[True]))
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.complex128])

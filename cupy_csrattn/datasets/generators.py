@@ -278,7 +278,7 @@ def add_self_loops(graph, values=None, *, fill_value=1.0, skip_existing=True):
     if values is None:
         return result
     xp = graph.xp
-    values = xp.asarray(values)
+    values = xp.asarray(backend.as_array("values", values))  # as_array: a masked array is refused
     if values.shape[:1] != (num_edges,):
         raise ValueError(
             f"values has {values.shape[0] if values.ndim else 0} rows, but the graph has {num_edges} edges"
