@@ -102,6 +102,8 @@ def cases(rng, num_edges, num_dst, num_src):
         add(f"spmm {tag}", _call, "spmm", inputs=s_v)
     s_v_go = _inputs(rng, (E, 8), (Ns, 8, 16), (Nd, 8, 16))
     add("attention_aggregate_backward H=8 F=16", _call, "attention_aggregate_backward", inputs=s_v_go)
+    half = _inputs(rng, (E, 8), (Ns, 8, 16), (Nd, 8, 16), dtype=np.float16)
+    add("attention_aggregate_backward H=8 F=16 float16", _call, "attention_aggregate_backward", inputs=half)
     add("spmm_backward H=8 F=16", _call, "spmm_backward", inputs=s_v_go)
     add("sddmm H=8 D=16", _call, "sddmm", inputs=_inputs(rng, (Nd, 8, 16), (Ns, 8, 16)))
     for dt in (np.float32, np.float16):

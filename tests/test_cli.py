@@ -890,7 +890,7 @@ def test_compare_trees_cases_run_each_op_and_draw_only_what_runs(monkeypatch):
             return np.random.default_rng(len(draws)).standard_normal(shape, dtype=dtype)
 
     cases = dict(compare.cases(CountingRng(), graph.num_edges, graph.num_dst, graph.num_src))
-    assert draws == [] and len(cases) == 52
+    assert draws == [] and len(cases) == 53
     backward = cases["graph_attention_backward H=4 F=64 float16"]()  # its forward's case not made
     assert draws == [(40, 4, 64), (40, 4, 64), (40, 4, 64), (40, 4, 64), (40, 4), (40, 4), (4, 64)]
     backward(package=ca, graph=graph)
@@ -902,8 +902,9 @@ def test_compare_trees_cases_run_each_op_and_draw_only_what_runs(monkeypatch):
         inputs = [a for a in fn.args if isinstance(a, np.ndarray)]
         want = "float16" if "float16" in name else "float64" if "float64" in name else "float32"
         assert {a.dtype.name for a in inputs} == {want}, name
-    # each input drawn once: edge_softmax, its backwards, aggregate/spmm, their backward, sddmm, fused
-    assert len(draws) == 4 + 3 * 2 + 3 * 2 + 3 + 2 + 6 * 7
+    # each input drawn once: edge_softmax, its backwards, aggregate/spmm, their backward (float32
+    # and float16), sddmm, fused
+    assert len(draws) == 4 + 3 * 2 + 3 * 2 + 3 + 3 + 2 + 6 * 7
 
 
 def test_compare_trees_takes_more_trees_by_name():
