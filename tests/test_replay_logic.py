@@ -509,6 +509,21 @@ def test_a_lone_result_is_an_array_of_its_own(public, monkeypatch):
     assert len(FULL_CALLS) == 2 and blocks == []
 
 
+def test_zeros_of_either_sign_are_different_scalars(public):
+    """-0.0 == 0.0 (and hashes alike), but a kernel multiplying by it gives zeros of its sign:
+    a call with scale=-0.0 after two with 0.0 replayed their record and returned +0.0."""
+    graph, table = FakeGraph(), TABLE.values.copy()
+    TABLE.values[:] = -0.0  # added to a zero of either sign, keeps its sign
+    try:
+        for scale in (0.0, 0.0, -0.0, -0.0, -0.0, 0.0):
+            x = _x(1)
+            expected = np.float32(scale) * x.values + TABLE.values
+            assert (np.signbit(public(graph, x, scale=scale).values) == np.signbit(expected)).all(), scale
+    finally:
+        TABLE.values[:] = table
+    assert len(FULL_CALLS) == 4  # each sign: its first call and its recorded one
+
+
 def test_a_description_tells_apart_what_the_work_depends_on(public):
     """Calls whose arrays differ only in strides, in their address modulo 16 (the launchers
     choose vector loads of up to 16 bytes by it) or in the keyword that passes them do
