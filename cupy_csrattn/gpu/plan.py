@@ -287,5 +287,15 @@ def softmax_layout(graph, heads, capacity):
     """The cached softmax layout of a GPU graph for `heads` heads and a stage of `capacity`
     elements per staged array (run_capacity)."""
     run_rows = _run_rows(graph, heads, capacity)
-    key = ("gpu_softmax_layout", heads, capacity, run_rows, BLOCK_ROW_FLOOR, SINGLE_ROW_FLOOR, WHOLE_ROW_EDGES)
+    # RUN_ROWS too: forced to 0 it also stops single rows, where a run_rows of 0 does not.
+    key = (
+        "gpu_softmax_layout",
+        heads,
+        capacity,
+        run_rows,
+        RUN_ROWS,
+        BLOCK_ROW_FLOOR,
+        SINGLE_ROW_FLOOR,
+        WHOLE_ROW_EDGES,
+    )
     return graph.cached(key, lambda: _build_softmax_layout(graph, heads, capacity, run_rows))
