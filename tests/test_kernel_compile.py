@@ -118,6 +118,17 @@ def test_arguments_are_packed_in_declared_order(name, dtype):
             assert type(got) is kind and got == value, f"{name}: {param.name} packed as {got!r}"
 
 
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**40])
+def test_an_int_parameter_past_int32_is_named(value):
+    """np.int32 raised OverflowError past int32 on NumPy 2 (NumPy 1 wrapped the value round):
+    a ValueError naming the parameter; the range's ends pass."""
+    arguments = dict(num_pairs=1, F=value, grad_out=object(), out=object(), row_dot=object())
+    with pytest.raises(ValueError, match=rf"^the GPU kernels take F as a 32-bit int, got {value}"):
+        kernels.pack_arguments("attention_row_dot", np.float32, **arguments)
+    for fits in (2**31 - 1, -(2**31)):
+        assert kernels.pack_arguments("attention_row_dot", np.float32, **dict(arguments, F=fits))[1] == fits
+
+
 PTXAS_LOG = """ptxas info    : 55 bytes gmem
 ptxas info    : Compiling entry function 'first_kernel' for 'sm_90'
 ptxas info    : Function properties for first_kernel

@@ -129,6 +129,17 @@ CHECK_ARGUMENT_DTYPES = False
 # Keyed by dtype and by scalar type: launchers pass array dtypes, callers may pass np.float32.
 _ACCUMULATION_TYPES = {key: backend.accumulation_dtype(d).type for d in DTYPE_CODES for key in (d, d.type)}
 _SCALAR_TYPES = {"i64": "_int64", "int": "_int32", "acc_t": "_acc"}
+_INT32 = np.iinfo(np.int32)
+
+
+def _int32(value, name):
+    """An int parameter's value as int32; a ValueError naming it past int32's range (NumPy 2's
+    np.int32 raises OverflowError there, NumPy 1's wraps the value round)."""
+    if not _INT32.min <= value <= _INT32.max:
+        raise ValueError(
+            f"the GPU kernels take {name} as a 32-bit int, got {value}: more than 2**31 - 1 heads or features"
+        )
+    return np.int32(value)
 
 
 def _packer(signature):
@@ -146,9 +157,14 @@ def _packer(signature):
             values.append(f"_NULL if {param.name} is None else {param.name}")
         else:
             params.append(param.name)
-            values.append(f"{_SCALAR_TYPES[param.ctype]}({param.name})" if not param.is_pointer else param.name)
+            if param.is_pointer:
+                values.append(param.name)
+            elif param.ctype == "int":
+                values.append(f"_int32({param.name}, {param.name!r})")
+            else:
+                values.append(f"{_SCALAR_TYPES[param.ctype]}({param.name})")
     code = f"def {signature.name}(*, {', '.join(params)}):\n    return ({', '.join(values)},)\n"
-    namespace = {"_int64": np.int64, "_int32": np.int32, "_NULL": NULL}
+    namespace = {"_int64": np.int64, "_int32": _int32, "_NULL": NULL}
     exec(compile(code, f"<arguments of {signature.name}>", "exec"), namespace)
     return namespace[signature.name]
 
