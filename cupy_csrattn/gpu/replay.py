@@ -136,8 +136,8 @@ def _describe(function, args, kwargs):
             addresses.append(address)
             parts.append((value.dtype, value.shape, value.strides, address & 15, memory.device_id))
             arrays.append(value)
-        elif value is None or kind in _SCALARS:  # a float by its bits: -0.0 == 0.0, but scale=-0.0 gives -0.0s
-            parts.append((kind, value.hex() if kind is float else value))
+        elif value is None or kind in _SCALARS:  # a float zero by its bits: -0.0 == 0.0, but scale=-0.0 gives -0.0s
+            parts.append((kind, value.hex() if kind is float and not value else value))
         else:
             return None, None, None
     if not arrays:  # a call with no CuPy array does not run on the GPU
