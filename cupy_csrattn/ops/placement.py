@@ -82,10 +82,10 @@ class Placement:
         lse given in float64 for float32 data) rounds as IEEE does, to inf past the range, as
         CuPy's does: on the CPU without NumPy's overflow warning (an error under
         np.seterr(all="raise")), as in ``run``."""
-        if self.on_gpu:
+        if self.on_gpu or x.dtype == dtype:
             return self.xp.ascontiguousarray(x.astype(dtype, copy=False))
         with np.errstate(all="ignore"):
-            return np.ascontiguousarray(x.astype(dtype, copy=False))
+            return np.ascontiguousarray(x.astype(dtype))
 
     def _converted(self, original, placed):
         """placed; a call being recorded for replay learns when it is a copy of original."""
