@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cupy_csrattn import backend
-from cupy_csrattn.gpu import cuda_graph, replay
+from cupy_csrattn.gpu import cuda_graph, recording, replay
 
 BLOCKS = {}  # start address -> the bytes of a stand-in allocation
 
@@ -104,12 +104,12 @@ def scaled_plus_table(graph, x, *, scale=2.0, out=None):
     FULL_CALLS.append(1)
     if out is None:
         out = FakeArray(x.shape, x.dtype)
-        if replay.recording():
-            replay.note_allocation(out)
+        if recording.recording():
+            recording.note_allocation(out)
     args = (x, TABLE, out, np.float32(scale))
     KERNEL((1,), (32,), args)
-    if replay.recording():
-        replay.note_launch(KERNEL, (1,), (32,), args)
+    if recording.recording():
+        recording.note_launch(KERNEL, (1,), (32,), args)
     return out
 
 
@@ -240,12 +240,12 @@ def scaled_minus_table(graph, x, *, scale=2.0, out=None):
     """A second stand-in op whose arguments have scaled_plus_table's description."""
     FULL_CALLS.append(1)
     out = FakeArray(x.shape, x.dtype)
-    if replay.recording():
-        replay.note_allocation(out)
+    if recording.recording():
+        recording.note_allocation(out)
     args = (x, TABLE, out, np.float32(-scale))
     KERNEL((1,), (32,), args)
-    if replay.recording():
-        replay.note_launch(KERNEL, (1,), (32,), args)
+    if recording.recording():
+        recording.note_launch(KERNEL, (1,), (32,), args)
     return out
 
 
@@ -268,19 +268,19 @@ def test_a_recording_belongs_to_its_thread():
 
     def other_thread():
         inside.wait(5)
-        seen["recording"] = replay.recording()
-        replay.other_work("another thread's CuPy operation")
+        seen["recording"] = recording.recording()
+        recording.other_work("another thread's CuPy operation")
         done.set()
 
     worker = threading.Thread(target=other_thread)
     worker.start()
-    with replay.recorder() as collected:
-        assert replay.recording()
+    with recording.recorder() as collected:
+        assert recording.recording()
         inside.set()
         assert done.wait(5)
     worker.join()
     assert seen == {"recording": False} and collected.reason is None
-    assert not replay.recording()
+    assert not recording.recording()
 
 
 class FakeDriver:
@@ -346,13 +346,13 @@ def twice_scaled(graph, x, *, scale=2.0):
     """A stand-in op of two kernels: mid = scale * x + table, out = scale * mid + table."""
     FULL_CALLS.append(1)
     mid, out = FakeArray(x.shape, x.dtype), FakeArray(x.shape, x.dtype)
-    if replay.recording():
-        replay.note_allocation(mid)
-        replay.note_allocation(out)
+    if recording.recording():
+        recording.note_allocation(mid)
+        recording.note_allocation(out)
     for args in ((x, TABLE, mid, np.float32(scale)), (mid, TABLE, out, np.float32(scale))):
         KERNEL((1,), (32,), args)
-        if replay.recording():
-            replay.note_launch(KERNEL, (1,), (32,), args)
+        if recording.recording():
+            recording.note_launch(KERNEL, (1,), (32,), args)
     return out
 
 
@@ -381,19 +381,19 @@ def staged(graph, x):
     then out = 2 left + table (right is the op's second result)."""
     FULL_CALLS.append(1)
     mid, left, right, out = (FakeArray(x.shape, x.dtype) for _ in range(4))
-    if replay.recording():
+    if recording.recording():
         for array in (mid, left, right, out):
-            replay.note_allocation(array)
+            recording.note_allocation(array)
 
     def launch(*args):
         KERNEL((1,), (32,), args)
-        if replay.recording():
-            replay.note_launch(KERNEL, (1,), (32,), args)
+        if recording.recording():
+            recording.note_launch(KERNEL, (1,), (32,), args)
 
     launch(x, TABLE, mid, np.float32(2.0))
-    with replay.independent():
+    with recording.independent():
         launch(mid, TABLE, left, np.float32(2.0))
-        with replay.independent():  # nested: the same block
+        with recording.independent():  # nested: the same block
             launch(mid, TABLE, right, np.float32(3.0))
     launch(left, TABLE, out, np.float32(2.0))
     return out, right
@@ -419,8 +419,8 @@ def test_independent_launches_are_one_stage_of_the_graph(public, monkeypatch):
 
 
 def test_independent_outside_a_recording_changes_nothing():
-    with replay.independent():
-        assert not replay.recording()
+    with recording.independent():
+        assert not recording.recording()
 
 
 def test_a_single_kernel_launches_without_a_graph(public, monkeypatch):

@@ -11,7 +11,7 @@ from functools import partial
 from cupy_csrattn import backend
 from cupy_csrattn.backend import accumulation_dtype
 from cupy_csrattn.gpu import plan as plans
-from cupy_csrattn.gpu import replay
+from cupy_csrattn.gpu import recording
 from cupy_csrattn.gpu.aggregate import aggregate, merge_split_rows, run_row_kernels
 from cupy_csrattn.gpu.derived import unit_values
 from cupy_csrattn.gpu.kernels import (
@@ -139,7 +139,7 @@ def _over_head_chunks(run, chunk, inputs, outputs):
     of every array), each chunk's outputs copied into its heads of ``outputs`` (None entries
     stay None). Always new: a chunk of every head is the array itself, whose address may be
     what kept it off the head-span kernels (_head_chunk counts on aligned copies)."""
-    replay.other_work("heads are run in chunks")
+    recording.other_work("heads are run in chunks")
     heads = next(x for x in outputs.values() if x is not None).shape[1]
     for start in range(0, heads, chunk):
         heads_of = slice(start, min(start + chunk, heads))

@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from cupy_csrattn import backend
-from cupy_csrattn.gpu import replay
+from cupy_csrattn.gpu import recording
 from cupy_csrattn.gpu.signatures import SIGNATURES, families
 
 # Launch constants, defined here only; the preamble hands BLOCK_WARPS to the .cu files.
@@ -213,8 +213,8 @@ def launch(name, dtype, index_dtype, grid, **arguments):
         check_argument_dtypes(name, args, dtype, index_dtype)
     function = kernel(name, dtype, index_dtype)
     function(grid, (BLOCK_THREADS,), args)
-    if replay.recording():
-        replay.note_launch(function, grid, (BLOCK_THREADS,), args)
+    if recording.recording():
+        recording.note_launch(function, grid, (BLOCK_THREADS,), args)
 
 
 def warp_grid(num_warps):
@@ -308,8 +308,8 @@ def _nvrtc():
 def scratch(shape, dtype):
     """An uninitialized device array for a kernel's intermediate results."""
     array = backend.cupy.empty(shape, dtype)
-    if replay.recording():
-        replay.note_allocation(array)
+    if recording.recording():
+        recording.note_allocation(array)
     return array
 
 

@@ -22,7 +22,6 @@ recorded (nor replayed). The graph holds the records: they die
 with it, and a graph's arrays must not change after it is built (the CSRGraph contract).
 """
 
-import contextlib
 import ctypes
 import functools
 import threading
@@ -31,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cupy_csrattn import backend
-from cupy_csrattn.gpu import cuda_graph
+from cupy_csrattn.gpu import cuda_graph, recording
 
 try:  # CuPy's binding of the driver API: cuLaunchKernel, cuCtxGetCurrent
     from cupy_backends.cuda.api import driver as _driver_api
@@ -44,78 +43,6 @@ MAX_RECORDS_PER_GRAPH = 256
 _SCALARS = (int, float, bool, str)
 NO_CONTEXT = object()  # what a replay returns, having done nothing, on a thread with no current context
 _IN, _NEW = 0, 1  # sources of an array argument: a caller's array, a new allocation
-
-
-class Recorder:
-    """What the calls of one thread do on the GPU while it records (see ``recorder``)."""
-
-    def __init__(self):
-        self.launches = []  # (kernel, grid, block, args, stage)
-        self.allocations = []
-        self.reason = None  # why the work cannot be replayed, or None
-        self.stages = 0  # stages begun: a launch alone is one, an ``independent`` block one
-        self.in_block = False
-
-
-# Each thread records its own calls: another thread's launches never enter a record.
-_local = threading.local()
-
-
-def _current():
-    return getattr(_local, "recorder", None)
-
-
-@contextlib.contextmanager
-def recorder():
-    """A Recorder collecting the GPU work this thread does inside the block."""
-    _local.recorder = collected = Recorder()
-    try:
-        yield collected
-    finally:
-        _local.recorder = None
-
-
-def recording():
-    """True while this thread records a call."""
-    return _current() is not None
-
-
-def note_launch(kernel, grid, block, args):
-    current = _current()
-    if not current.in_block:
-        current.stages += 1
-    current.launches.append((kernel, grid, block, args, current.stages))
-
-
-@contextlib.contextmanager
-def independent():
-    """Mark the kernels launched inside the block as independent of each other: none reads
-    what another writes or writes where another does (disjoint parts of one output are
-    fine). A replay's CUDA graph then lets them run side by side, after every launch before
-    the block and before every launch after it, so that one's last blocks (a tail of long
-    rows, say) overlap another's work; launched directly they run one after the other.
-    Blocks do not nest: an inner one adds nothing."""
-    current = _current()
-    if current is None or current.in_block:
-        yield
-        return
-    current.stages += 1
-    current.in_block = True
-    try:
-        yield
-    finally:
-        current.in_block = False
-
-
-def note_allocation(array):
-    _current().allocations.append(array)
-
-
-def other_work(reason):
-    """Mark the call this thread is recording (if any) as doing GPU work that a replay would not repeat."""
-    current = _current()
-    if current is not None and current.reason is None:
-        current.reason = reason
 
 
 def _describe(function, args, kwargs):
@@ -365,7 +292,7 @@ def replayed(function):
     @functools.wraps(function)
     def call(*args, **kwargs):
         graph = args[0] if args else None
-        if not ENABLED or backend.cupy is None or not hasattr(graph, "cached") or recording():
+        if not ENABLED or backend.cupy is None or not hasattr(graph, "cached") or recording.recording():
             return function(*args, **kwargs)
         key, arrays, addresses = _describe(function, args, kwargs)
         if key is None:
@@ -387,7 +314,7 @@ def replayed(function):
 
 
 def _record(function, args, kwargs, records, key, arrays):
-    with recorder() as collected:
+    with recording.recorder() as collected:
         result = function(*args, **kwargs)
     if collected.reason is not None or not collected.launches:
         records[key] = None

@@ -2,7 +2,7 @@
 
 from cupy_csrattn.backend import accumulation_dtype
 from cupy_csrattn.gpu import plan as plans
-from cupy_csrattn.gpu import replay
+from cupy_csrattn.gpu import recording
 from cupy_csrattn.gpu.derived import transpose_edge_orders
 from cupy_csrattn.gpu.kernels import WARP, launch, scratch, warp_grid
 from cupy_csrattn.gpu.sddmm import gather_edges
@@ -27,7 +27,7 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
     # The whole-row kernels and the first pass of the others take disjoint rows (and write
     # disjoint parts of out and lse_out, the partial states of split rows apart): a replayed
     # call runs them side by side, so that none waits for another's tail.
-    with replay.independent():
+    with recording.independent():
         launch(
             f"softmax_block_rows_{mode}",
             dtype,

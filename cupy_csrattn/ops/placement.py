@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from cupy_csrattn import _validate, backend
-from cupy_csrattn.gpu import replay
+from cupy_csrattn.gpu import recording
 
 
 class Placement:
@@ -89,8 +89,8 @@ class Placement:
 
     def _converted(self, original, placed):
         """placed; a call being recorded for replay learns when it is a copy of original."""
-        if replay.recording() and (not backend.is_cupy_array(original) or placed.data.ptr != original.data.ptr):
-            replay.other_work("an input was converted")
+        if recording.recording() and (not backend.is_cupy_array(original) or placed.data.ptr != original.data.ptr):
+            recording.other_work("an input was converted")
         return placed
 
     def output(self, name, out, shape, dtype, canonical_shape, edge=False):
@@ -98,7 +98,7 @@ class Placement:
         if out is not None:
             _validate.out_array(name, out, shape, dtype, self.on_gpu)
         if edge and self.edge_order is not None:
-            replay.other_work("edge outputs are scattered into a matrix's order")
+            recording.other_work("edge outputs are scattered into a matrix's order")
             result = out if out is not None else self.xp.empty(shape, dtype)
             work = self.xp.empty(canonical_shape, dtype)
             self._scatter.append((work, result))
@@ -106,13 +106,13 @@ class Placement:
         if out is not None:
             if not any(backend.may_share_memory(out, x) for x in self._inputs):
                 return out.reshape(canonical_shape), out
-            replay.other_work("out shares memory with an input")
+            recording.other_work("out shares memory with an input")
             work = self.xp.empty(canonical_shape, dtype)
             self._copies.append((work, out))
             return work, out
         result = self.xp.empty(shape, dtype)
-        if self.on_gpu and replay.recording():
-            replay.note_allocation(result)
+        if self.on_gpu and recording.recording():
+            recording.note_allocation(result)
         return result.reshape(canonical_shape), result
 
     def _finish(self):
