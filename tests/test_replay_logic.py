@@ -541,3 +541,32 @@ def test_a_description_tells_apart_what_the_work_depends_on(public):
     assert key(transposed) != key(at(0))
     assert key(at(8)) != key(at(0)) and key(at(4)) != key(at(0))
     assert key(at(0), x=at(0)) != key(at(0), y=at(0))
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        None,
+        replay._Slot(replay._IN, 1, None),
+        replay._Slot(replay._NEW, 0, (2,)),
+        (replay._Slot(replay._NEW, 0, (2,)), replay._Slot(replay._NEW, 1, (3,))),
+        (replay._Slot(replay._NEW, 1, (3,)),),
+        (replay._Slot(replay._IN, 0, None), None, replay._Slot(replay._NEW, 1, (3,))),
+        ((replay._Slot(replay._NEW, 0, (2,)), None), replay._Slot(replay._IN, 1, None)),
+        (),
+    ],
+)
+def test_a_replay_returns_its_results_where_the_template_places_them(template):
+    """The results of a replay: each slot's array (the caller's or a new one), None where the
+    recorded call returned None, in the template's nesting (a lone array, flat or nested tuples)."""
+    arrays, returned = ["in0", "in1"], ["new0", "new1"]
+
+    def expected(part):
+        if part is None:
+            return None
+        if isinstance(part, replay._Slot):
+            return (arrays if part.source == replay._IN else returned)[part.index]
+        return tuple(expected(p) for p in part)
+
+    result = replay._picker(template, len(arrays))([*arrays, *returned, None])
+    assert result == expected(template) and type(result) is type(expected(template))

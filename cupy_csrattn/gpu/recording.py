@@ -24,11 +24,15 @@ class Recorder:
         self.in_block = False
 
 
-_local = threading.local()
+class _ThreadState(threading.local):
+    recorder = None  # a class default: every thread starts without one, read without getattr's fallback
+
+
+_local = _ThreadState()
 
 
 def _current():
-    return getattr(_local, "recorder", None)
+    return _local.recorder
 
 
 @contextlib.contextmanager
@@ -43,7 +47,7 @@ def recorder():
 
 def recording():
     """True while this thread records a call."""
-    return _current() is not None
+    return _local.recorder is not None
 
 
 def note_launch(kernel, grid, block, args):

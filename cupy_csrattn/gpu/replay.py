@@ -24,6 +24,7 @@ with it, and a graph's arrays must not change after it is built (the CSRGraph co
 
 import ctypes
 import functools
+import operator
 import threading
 from typing import NamedTuple
 
@@ -52,27 +53,28 @@ def _describe(function, args, kwargs):
     (N, H, F) arrays); arrays are the caller's, in argument order, and addresses their data's."""
     cupy = backend.cupy
     ndarray = cupy.ndarray
-    parts, arrays, addresses = [], [], []
-    for value in (*args[1:], *kwargs.values()):
+    key, arrays, addresses = [function, tuple(kwargs), None], [], []  # None: the device, filled last
+    for value in (*args[1:], *kwargs.values()) if kwargs else args[1:]:
         kind = type(value)
         if kind is ndarray:
             memory = value.data
             address = memory.ptr
-            if value.size == 0 or address in addresses:
+            if address in addresses or not value.size:
                 return None, None, None
             addresses.append(address)
-            parts.append((value.dtype, value.shape, value.strides, address & 15, memory.device_id))
             arrays.append(value)
+            key.append((value.dtype, value.shape, value.strides, address & 15, memory.device_id))
         elif value is None or kind in _SCALARS:  # a float zero by its bits: -0.0 == 0.0, but scale=-0.0 gives -0.0s
-            parts.append((kind, value.hex() if kind is float and not value else value))
+            key.append((kind, value.hex() if kind is float and not value else value))
         else:
             return None, None, None
     if not arrays:  # a call with no CuPy array does not run on the GPU
         return None, None, None
-    out = kwargs.get("out")  # one overlapping an input is computed apart (ops/placement.py)
+    out = kwargs.get("out") if kwargs else None  # one overlapping an input is computed apart (ops/placement.py)
     if type(out) is ndarray and any(a is not out and backend.may_share_memory(out, a) for a in arrays):
         return None, None, None
-    return (function, tuple(kwargs), cupy.cuda.runtime.getDevice(), *parts), arrays, addresses
+    key[2] = cupy.cuda.runtime.getDevice()
+    return tuple(key), arrays, addresses
 
 
 def _source(array, arrays, allocations):
@@ -120,7 +122,9 @@ class Replay:
 
     def __init__(self, collected, arrays, result):
         cupy = backend.cupy
-        self._writes = []  # per kernel: (slot values, [(position, source, index, offset)])
+        # (a kernel's slot values, position, index, byte offset) per slot holding a call's own
+        # array: index into [*the caller's arrays, *the allocations] (the address list a replay builds)
+        self._writes = []
         # per kernel: the cuLaunchKernel arguments before the stream, its kernelParams, the slots keeping them alive
         self._launches = []
         self._graph_arrays = []  # keeps the arrays whose addresses the slots hold alive
@@ -136,7 +140,8 @@ class Replay:
                         self._graph_arrays.append(value)
                         initial.append(value.data.ptr)
                         continue
-                    slots.append((position, *source))
+                    origin, index, offset = source
+                    slots.append((position, index if origin == _IN else len(arrays) + index, offset))
                     initial.append(0)
                 elif isinstance(value, np.generic):
                     initial.append(cuda_graph.slot_value(value))
@@ -145,10 +150,11 @@ class Replay:
             grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
             values, pointers = argument_slots = cuda_graph.argument_slots(initial)
             function = kernel.kernel.ptr
-            self._writes.append((values, slots))
+            self._writes += [(values, *slot) for slot in slots]
             self._launches.append(((function, *grid, *block, 0), ctypes.addressof(pointers), argument_slots))
             graph_launches.append((function, grid, block, argument_slots, stage))
         self.result = self._template(result, arrays, collected.allocations)
+        self._pick = _picker(self.result, len(arrays))
         self._place_allocations(collected.allocations)
         self._graph = _kernel_graph(graph_launches)
         self._lock = threading.Lock()  # the argument slots serve one call at a time
@@ -188,20 +194,22 @@ class Replay:
         """(memory, addresses, arrays) of a replay: the blocks of memory it allocated (to be held
         until its kernels are launched), the address of each allocation and the array of each
         returned one (None for scratch), by allocation index."""
-        cupy = backend.cupy
-        memory, addresses, arrays = [], [0] * len(self._dtypes), [None] * len(self._dtypes)
+        cupy, dtypes = backend.cupy, self._dtypes
+        ndarray = cupy.ndarray
+        memory, addresses, arrays = [], [0] * len(dtypes), [None] * len(dtypes)
         for size, alone, members in self._blocks:
             if alone:
                 ((index, _, shape),) = members
-                array = arrays[index] = cupy.ndarray(shape, self._dtypes[index])
+                array = arrays[index] = ndarray(shape, dtypes[index])
                 addresses[index] = array.data.ptr
                 continue
             block = cupy.cuda.alloc(size)
             memory.append(block)
+            start = block.ptr
             for index, offset, shape in members:
-                addresses[index] = block.ptr + offset
+                addresses[index] = start + offset
                 if shape is not None:
-                    arrays[index] = cupy.ndarray(shape, self._dtypes[index], block + offset)
+                    arrays[index] = ndarray(shape, dtypes[index], block + offset if offset else block)
         return memory, addresses, arrays
 
     @staticmethod
@@ -232,29 +240,37 @@ class Replay:
         else:
             memory, new, returned = self._allocate()
         stream = cupy.cuda.get_current_stream()
-        where = (addresses, new)  # by source (_IN, _NEW): the address of each array
+        where = [*addresses, *new]  # the address of each array, the caller's then the allocations'
         with self._lock:
-            for values, slots in self._writes:
-                for position, source, index, offset in slots:
-                    values[position] = where[source][index] + offset
+            for values, position, index, offset in self._writes:
+                values[position] = where[index] + offset
             graph = self._graph
             if graph is not None and not stream.is_capturing():
                 if graph.launch(stream.ptr):
-                    return _build(self.result, arrays, returned)
+                    return self._pick([*arrays, *returned, None])
                 self._graph = None  # refused by the driver: kernel by kernel from now on
             launch_kernel, stream_ptr = _driver_api.launchKernel, stream.ptr
             for head, params, _ in self._launches:
                 launch_kernel(*head, stream_ptr, params, 0)
-        return _build(self.result, arrays, returned)
+        return self._pick([*arrays, *returned, None])
 
 
-def _build(template, arrays, returned):
-    """The call's results: the caller's arrays, or the returned allocations' arrays."""
-    if template is None:
-        return None
-    if not isinstance(template, _Slot):
-        return tuple(_build(t, arrays, returned) for t in template)
-    return arrays[template.index] if template.source == _IN else returned[template.index]
+def _picker(template, num_arrays):
+    """fn(values) -> a call's results as ``template`` places them, values being the list
+    [*the caller's arrays, *the allocations' arrays (None for scratch), None]: one
+    itemgetter for a result or a flat tuple of them, the commonest shapes."""
+
+    def position(slot):
+        if slot is None:
+            return -1
+        return slot.index if slot.source == _IN else num_arrays + slot.index
+
+    if template is None or isinstance(template, _Slot):
+        return operator.itemgetter(position(template))
+    if len(template) > 1 and all(part is None or isinstance(part, _Slot) for part in template):
+        return operator.itemgetter(*map(position, template))
+    parts = [_picker(part, num_arrays) for part in template]
+    return lambda values: tuple([part(values) for part in parts])
 
 
 # Offsets of a replay's allocations in its blocks: CuPy's memory pool aligns each allocation
@@ -292,14 +308,14 @@ def replayed(function):
     @functools.wraps(function)
     def call(*args, **kwargs):
         graph = args[0] if args else None
-        if not ENABLED or backend.cupy is None or not hasattr(graph, "cached") or recording.recording():
+        if not ENABLED or backend.cupy is None or recording.recording() or not hasattr(graph, "cached"):
             return function(*args, **kwargs)
         key, arrays, addresses = _describe(function, args, kwargs)
         if key is None:
             return function(*args, **kwargs)
         records = _records(graph)
         record = records.get(key, 0)
-        if isinstance(record, Replay):
+        if type(record) is Replay:
             result = record(arrays, addresses)
             return function(*args, **kwargs) if result is NO_CONTEXT else result
         if record is None or len(records) >= MAX_RECORDS_PER_GRAPH:
