@@ -571,6 +571,25 @@ def test_bench_out_is_created_before_timing_and_left_with_the_results_only(capsy
     assert [path.name for path in out_dir.iterdir()] == [f"bench_cpu_{bm.file_stem(bm.CpuDevice(1).name)}.json"]
 
 
+@pytest.mark.parametrize(
+    "spec,fragment",
+    [
+        ("uniform:10,100000000000000000000", "degree must be at most 2**62"),
+        ("uniform:100000000000000000000,0", "num_nodes must be at most 2**62"),
+        ("rmat:4,100000000000000000000000", "edge_factor must be at most 2**62"),
+        ("rmat:34,999999999999", "edge_factor * 2**scale = "),
+    ],
+)
+def test_bench_graph_spec_beyond_the_generators_is_a_usage_error(capsys, monkeypatch, spec, fragment):
+    """A size the generator refuses was found only when the graph was built, after the graphs
+    before it were timed: exit 1 with the generator's ValueError. It is a usage error now."""
+    forbid_timing(monkeypatch)
+    status, out, err = run_main(capsys, "bench", "--graph", "uniform:10,2", spec, "--device", "cpu")
+    assert status == 2, err
+    assert one_line(err).startswith(f"csrattn bench: error: --graph: bad graph spec '{spec}': {fragment}")
+    assert out == ""
+
+
 def test_bench_bad_graph_is_reported_before_out_is_made(capsys, tmp_path):
     out_dir = tmp_path / "results"
     status, _, err = run_main(capsys, "bench", "--graph", "rmat:x", "--out", str(out_dir))

@@ -12,6 +12,7 @@ import re
 import numpy as np
 
 from cupy_csrattn import datasets
+from cupy_csrattn.datasets.base import check_count, check_product
 from cupy_csrattn.graph import CSRGraph
 
 #: Suffixes stripped from a graph file's name to name the graph.
@@ -68,6 +69,22 @@ def file_graph(path):
     return square(datasets.load(path))
 
 
+def _check_generator_sizes(spec, kind, numbers):
+    """A ValueError naming ``spec`` for sizes the generator refuses (a count or the edge count
+    past 2**62), found as the spec is read: the generator, called only when the graph's turn
+    comes, would fail after the graphs before it were timed."""
+    if not numbers or len(numbers) > 2:
+        return  # malformed: graph_from_spec says what it expects
+    try:
+        if kind == "rmat" and numbers[0] <= 34:  # a larger SCALE: graph_from_spec gives its range
+            edge_factor = check_count("edge_factor", numbers[1]) if len(numbers) == 2 else 16
+            check_product("edge_factor * 2**scale", edge_factor, 1 << numbers[0])
+        elif kind == "uniform" and len(numbers) == 2:
+            check_product("num_nodes * degree", check_count("num_nodes", numbers[0]), check_count("degree", numbers[1]))
+    except ValueError as error:
+        raise ValueError(f"bad graph spec {spec!r}: {error}") from None
+
+
 def graph_from_spec(spec):
     """Name and builder of a graph given on the command line.
 
@@ -87,7 +104,8 @@ def graph_from_spec(spec):
     Raises
     ------
     ValueError
-        A malformed ``rmat:``/``uniform:`` spec, or a path that is not a file.
+        A malformed ``rmat:``/``uniform:`` spec, one of sizes the generator refuses, or a
+        path that is not a file.
     FileNotFoundError
         A file spec that does not exist.
     """
@@ -95,6 +113,7 @@ def graph_from_spec(spec):
     if ":" in spec and kind in ("rmat", "uniform"):
         parts = rest.split(",")
         numbers = [int(part) for part in parts] if all(re.fullmatch(r"[0-9]+", part) for part in parts) else None
+        _check_generator_sizes(spec, kind, numbers)
         if (
             kind == "rmat"
             and numbers
