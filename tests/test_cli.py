@@ -482,8 +482,8 @@ def test_bench_graph_file_and_malformed_file(capsys, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("0 1\n1 two\n")
     status, _, err = run_main(capsys, "bench", "--graph", str(bad), "--ops", "spmm", "--repeat", "1", "--device", "cpu")
-    assert status == 1
-    assert f"{bad}:2:" in one_line(err)
+    assert status == 2
+    assert one_line(err).startswith(f"csrattn bench: error: --graph: {bad}:2:")
 
 
 def test_bench_device_gpu_without_gpu(capsys):
@@ -588,6 +588,32 @@ def test_bench_graph_spec_beyond_the_generators_is_a_usage_error(capsys, monkeyp
     assert status == 2, err
     assert one_line(err).startswith(f"csrattn bench: error: --graph: bad graph spec '{spec}': {fragment}")
     assert out == ""
+
+
+@pytest.mark.parametrize(
+    "name,text,fragment",
+    [
+        ("bad.txt", "0 1\n1 two\n", ":2: column 2: 'two' is not an integer"),
+        ("short.mtx", "%%MatrixMarket matrix coordinate pattern general\n3 3 2\n1 2\n", ":3: the file ends"),
+        ("junk.npz", "not a zip\n", ": not a readable .npz file"),
+    ],
+)
+def test_bench_malformed_graph_file_is_reported_before_anything_is_timed(
+    capsys, monkeypatch, tmp_path, name, text, fragment
+):
+    """A graph file was read only when its turn came: the graphs before it were timed, then
+    the command failed (exit 1) and their results were lost, --out made and left empty."""
+    path = tmp_path / name
+    path.write_text(text)
+    out_dir = tmp_path / "results"
+    forbid_timing(monkeypatch)
+    status, out, err = run_main(
+        capsys, "bench", "--graph", "uniform:10,2", str(path), "--device", "cpu", "--out", str(out_dir)
+    )
+    assert status == 2, err
+    assert one_line(err).startswith(f"csrattn bench: error: --graph: {path}{fragment}")
+    assert out == ""
+    assert not out_dir.exists()
 
 
 def test_bench_bad_graph_is_reported_before_out_is_made(capsys, tmp_path):

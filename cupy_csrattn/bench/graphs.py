@@ -69,6 +69,12 @@ def file_graph(path):
     return square(datasets.load(path))
 
 
+def is_generated(spec):
+    """Whether ``spec`` names a generated graph (``rmat:...`` or ``uniform:...``), not a file."""
+    kind, colon, _ = spec.partition(":")
+    return bool(colon) and kind in ("rmat", "uniform")
+
+
 def _check_generator_sizes(spec, kind, numbers):
     """A ValueError naming ``spec`` for sizes the generator refuses (a count or the edge count
     past 2**62), found as the spec is read: the generator, called only when the graph's turn
@@ -110,7 +116,7 @@ def graph_from_spec(spec):
         A file spec that does not exist.
     """
     kind, _, rest = spec.partition(":")
-    if ":" in spec and kind in ("rmat", "uniform"):
+    if is_generated(spec):
         parts = rest.split(",")
         numbers = [int(part) for part in parts] if all(re.fullmatch(r"[0-9]+", part) for part in parts) else None
         _check_generator_sizes(spec, kind, numbers)

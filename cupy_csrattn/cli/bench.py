@@ -87,19 +87,34 @@ def add_parser(commands):
 
 
 def parse_graphs(specs):
-    """(name, build) per graph spec; a bad spec or a missing file is a usage error."""
+    """(name, build) per graph spec; a bad spec, or a missing, unreadable or malformed file, is
+    a usage error."""
     graphs = []
     for spec in specs:
         try:
-            graphs.append(bm.graph_from_spec(spec))
+            name, build = bm.graph_from_spec(spec)
         except FileNotFoundError as error:
             raise UsageError(f"{PROG} bench: error: --graph {spec}: {error.strerror}") from None
         except ValueError as error:
             raise UsageError(f"{PROG} bench: error: --graph: {error}") from None
+        graphs.append((name, build if bm.is_generated(spec) else read_graph_file(spec, build)))
     names = [name for name, _ in graphs]
     if len(set(names)) != len(names):
         raise UsageError(f"{PROG} bench: error: --graph names a graph twice ({', '.join(names)})")
     return graphs
+
+
+def read_graph_file(spec, build):
+    """Read a graph file now, before --out is made or anything is timed: read in its turn, a
+    malformed file failed after the graphs before it were timed, and their results were lost.
+
+    Returns a build that hands the graph over once (run_cases frees each graph after timing it).
+    """
+    try:
+        held = [build()]
+    except (ValueError, OSError) as error:  # the loaders' errors name the file (and line)
+        raise UsageError(f"{PROG} bench: error: --graph: {backend.first_line(error)}") from None
+    return held.pop
 
 
 def check_out_dir(path):
