@@ -616,6 +616,27 @@ def test_bench_malformed_graph_file_is_reported_before_anything_is_timed(
     assert not out_dir.exists()
 
 
+def test_bench_graphs_plotted_to_one_file_are_a_usage_error(capsys, monkeypatch, tmp_path):
+    """Graphs "a b" and "a_b" were both plotted to bench_a_b.png, the second replacing the first
+    (and every name in another script to bench_bench.png)."""
+    for name in ("a b.txt", "a_b.txt", "ü.txt", "ö.txt"):
+        (tmp_path / name).write_text("0 1\n1 0\n")
+    out_dir = tmp_path / "results"
+    forbid_timing(monkeypatch)
+    graphs = [str(tmp_path / "a b.txt"), str(tmp_path / "a_b.txt")]
+    status, out, err = run_main(capsys, "bench", "--graph", *graphs, "--device", "cpu", "--out", str(out_dir))
+    assert status == 2, err
+    assert one_line(err) == (
+        "csrattn bench: error: --graph: graphs 'a b' and 'a_b' would be plotted to one file, bench_a_b.png "
+        "(rename a file)"
+    )
+    assert out == "" and not out_dir.exists()
+    assert bm.file_stem("ü") != bm.file_stem("ö")
+    parse = cli.bench.parse_graphs
+    assert [name for name, _ in parse([str(tmp_path / "ü.txt"), str(tmp_path / "ö.txt")], plots=True)] == ["ü", "ö"]
+    assert [name for name, _ in parse(graphs, plots=False)] == ["a b", "a_b"]  # no plots: no clash
+
+
 def test_bench_bad_graph_is_reported_before_out_is_made(capsys, tmp_path):
     out_dir = tmp_path / "results"
     status, _, err = run_main(capsys, "bench", "--graph", "rmat:x", "--out", str(out_dir))

@@ -67,8 +67,8 @@ def write_json(path, document):
 
 
 def file_stem(text):
-    """``text`` made safe for a file name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "bench"
+    """``text`` made safe for a file name (letters of any script kept: "ü" and "ö" are two names)."""
+    return re.sub(r"[^\w.-]+", "_", text).strip("_") or "bench"
 
 
 def matplotlib_available():

@@ -86,22 +86,35 @@ def add_parser(commands):
     return bench
 
 
-def parse_graphs(specs):
+def parse_graphs(specs, plots=False):
     """(name, build) per graph spec; a bad spec, or a missing, unreadable or malformed file, is
-    a usage error."""
-    graphs = []
+    a usage error, as are two graphs of one name (or, with ``plots``, of one plot file)."""
+    parsed = []
     for spec in specs:
         try:
-            name, build = bm.graph_from_spec(spec)
+            parsed.append((spec, *bm.graph_from_spec(spec)))
         except FileNotFoundError as error:
             raise UsageError(f"{PROG} bench: error: --graph {spec}: {error.strerror}") from None
         except ValueError as error:
             raise UsageError(f"{PROG} bench: error: --graph: {error}") from None
-        graphs.append((name, build if bm.is_generated(spec) else read_graph_file(spec, build)))
-    names = [name for name, _ in graphs]
+    check_graph_names([name for _, name, _ in parsed], plots)
+    return [(name, build if bm.is_generated(spec) else read_graph_file(spec, build)) for spec, name, build in parsed]
+
+
+def check_graph_names(names, plots):
+    """A usage error for two graphs of one name or, with ``plots``, of names that make one plot
+    file name ("a b" and "a_b" are both plotted to bench_a_b.png: the second replaced the first)."""
     if len(set(names)) != len(names):
         raise UsageError(f"{PROG} bench: error: --graph names a graph twice ({', '.join(names)})")
-    return graphs
+    plotted = {}
+    for name in names if plots else ():
+        stem = bm.file_stem(name)
+        if stem in plotted:
+            raise UsageError(
+                f"{PROG} bench: error: --graph: graphs {plotted[stem]!r} and {name!r} would be plotted to one "
+                f"file, bench_{stem}.png (rename a file)"
+            )
+        plotted[stem] = name
 
 
 def read_graph_file(spec, build):
@@ -151,7 +164,7 @@ def cmd_bench(args):
         raise CommandError(f"--device gpu: {reason}")
     on_gpu = usable and args.device != "cpu"
     specs = args.graph or DEFAULT_GRAPHS["gpu" if on_gpu else "cpu"]
-    graphs = parse_graphs(specs)
+    graphs = parse_graphs(specs, plots=args.out is not None and not args.no_plot)
     ops = args.ops or list(bm.BENCH_OPS)
     cases = bm.make_cases(ops, args.dtype, args.heads, args.features)
     repeat = args.repeat or (20 if on_gpu else 5)
