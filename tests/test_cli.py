@@ -161,6 +161,22 @@ def test_info_reports_versions_and_backend(capsys, tmp_path, monkeypatch):
         assert "no usable GPU" in out and "CPU backend" in out
 
 
+def test_info_with_a_cupy_that_raises_on_import(tmp_path):
+    """backend.py serves the CPU backend when an installed CuPy raises on import (a broken
+    install, or CUPY_CACHE_DIR naming a file); csrattn itself died with a traceback then,
+    importing cupyx in cupy_csrattn.testing, before any command (--help and info too) ran."""
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text("raise RuntimeError('this CuPy is broken')\n")
+    (tmp_path / "cupyx").mkdir()
+    (tmp_path / "cupyx" / "__init__.py").write_text("import cupy\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    result = run_module("info", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "importing CuPy raised RuntimeError: this CuPy is broken" in result.stdout
+    assert result.stderr == ""
+    assert run_module("--help", env=env).returncode == 0
+
+
 def test_info_json(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "missing"))
     status, out, _ = run_main(capsys, "info", "--json")

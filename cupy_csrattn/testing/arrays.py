@@ -4,12 +4,16 @@ and ``csrattn check``."""
 import numpy as np
 import scipy.sparse
 
+from cupy_csrattn import backend
 from cupy_csrattn.graph import CSRGraph
 
-try:  # for cupyx sparse matrices as the graph argument; CuPy is optional
-    import cupyx.scipy.sparse as cupyx_sparse
-except ImportError:  # pragma: no cover - depends on the environment
+# For cupyx sparse matrices as the graph argument. CuPy is optional, and one that is installed
+# but raises on import (backend says why) must not break the import of this module, which
+# `csrattn` loads for every command (info is what reports the broken CuPy).
+if backend.cupy is None:
     cupyx_sparse = None
+else:
+    import cupyx.scipy.sparse as cupyx_sparse
 
 
 def to_xp(xp, a):
