@@ -353,6 +353,36 @@ def test_check_arch_takes_supported_architectures(monkeypatch, arch):
         kernels.check_arch(90)
 
 
+@pytest.mark.parametrize("on_gpu", [False, True])
+def test_check_refuses_an_arch_nothing_compiles_for(capsys, monkeypatch, on_gpu):
+    """--arch was ignored with --no-compile (even --arch bogus passed), and on a GPU without
+    --cpu (the kernels compile for the GPU): a usage error naming --arch, before any work."""
+    monkeypatch.setattr(kernels, "_nvrtc", lambda: FakeNvrtc)
+    monkeypatch.setattr(backend, "gpu_status", lambda: (on_gpu, None if on_gpu else "no GPU here"))
+    ran = []
+    monkeypatch.setattr(opcheck, "check_ops", lambda *args: ran.append(args) or ({}, []))
+    compile_for_arch, compiled = fake_compile()
+    monkeypatch.setattr(kernels, "compile_for_arch", compile_for_arch)
+    from cupy_csrattn.cli import kernelcheck
+
+    monkeypatch.setattr(kernelcheck, "compile_on_device", lambda *args: ran.append(args))
+    monkeypatch.setattr(backend, "cupy", None)  # the GPU branch must not be reached
+    if not on_gpu:
+        status, out, err = run_main(capsys, "check", "--no-compile", "--arch", "sm_80")
+        assert status == 2 and out == "" and not ran and not compiled
+        assert one_line(err) == "csrattn check: error: --arch: nothing is compiled with --no-compile"
+    status, out, err = run_main(capsys, "check", "--quick", "--arch", "sm_80")
+    if on_gpu:
+        assert status == 2 and out == "" and not ran and not compiled
+        assert one_line(err).startswith("csrattn check: error: --arch: the kernels compile for this GPU; add --cpu")
+    else:
+        assert status == 0, err
+        assert "through NVRTC for sm_80" in out
+    status, out, err = run_main(capsys, "check", "--quick", "--cpu", "--arch", "sm_80")
+    assert status == 0, err
+    assert "through NVRTC for sm_80" in out
+
+
 def test_check_reports_compile_failures(capsys, monkeypatch):
     monkeypatch.setattr(kernels, "nvrtc_version", lambda: (12, 9))
     monkeypatch.setattr(opcheck, "check_ops", lambda *args: ({}, []))

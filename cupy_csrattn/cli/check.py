@@ -7,6 +7,8 @@ from cupy_csrattn.cli import kernelcheck, opcheck
 from cupy_csrattn.cli.common import PROG, UsageError, nonnegative_int, progress_wanted
 from cupy_csrattn.gpu import kernels
 
+DEFAULT_ARCH = "sm_90"
+
 
 def add_parser(commands):
     """The ``check`` subcommand's parser, added to ``commands``."""
@@ -30,7 +32,9 @@ def add_parser(commands):
     check.add_argument("--no-compile", action="store_true", help="skip the kernel compilation step")
     check.add_argument("--cpu", action="store_true", help="check the CPU backend even when a GPU is present")
     check.add_argument(
-        "--arch", default="sm_90", help="architecture for the NVRTC compile without a GPU (default: %(default)s)"
+        "--arch",
+        help=f"architecture for the NVRTC compile without a GPU or with --cpu (default: {DEFAULT_ARCH}); "
+        "refused where nothing compiles for it (--no-compile, or a GPU without --cpu)",
     )
     check.add_argument(
         "--seed", type=nonnegative_int, default=0, help="seed of the random graphs and data, >= 0 (default: 0)"
@@ -45,6 +49,8 @@ def cmd_check(args):
     usable, reason = backend.gpu_status()
     if args.cpu:
         usable, reason = False, "--cpu given"
+    _check_arch_wanted(args, usable)
+    arch = args.arch if args.arch is not None else DEFAULT_ARCH
     failures = []
     compile_check = kernelcheck.CompileCheck([], None, "--no-compile")
     if usable:
@@ -60,13 +66,13 @@ def cmd_check(args):
             compile_check = kernelcheck.compile_on_device(args.quick, progress_enabled)
     else:
         if not args.no_compile:
-            _check_arch(args.arch)
-        compiled = "" if args.no_compile else f"that the kernels compile through NVRTC for {args.arch}, then "
+            _check_arch(arch)
+        compiled = "" if args.no_compile else f"that the kernels compile through NVRTC for {arch}, then "
         print(f"The CPU backend ({reason}). Checking {compiled}the CPU backend against a naive float64 reference.")
         if args.no_compile:
             print("kernel compilation not checked (--no-compile)")
         else:
-            compile_check = kernelcheck.compile_with_nvrtc(args.arch, args.quick, progress_enabled)
+            compile_check = kernelcheck.compile_with_nvrtc(arch, args.quick, progress_enabled)
     failures += compile_check.failures
     summary, op_failures = opcheck.check_ops(backend.cupy if usable else None, args.quick, args.seed, progress_enabled)
     failures += op_failures
@@ -78,6 +84,20 @@ def cmd_check(args):
         return 1
     print("\n" + final_line(summary, usable, compile_check))
     return 0
+
+
+def _check_arch_wanted(args, on_gpu):
+    """A usage error for an --arch that nothing would compile for (it was ignored): with
+    --no-compile, or on a GPU without --cpu, where the kernels compile for that GPU."""
+    if args.arch is None:
+        return
+    if args.no_compile:
+        raise UsageError(f"{PROG} check: error: --arch: nothing is compiled with --no-compile")
+    if on_gpu:
+        raise UsageError(
+            f"{PROG} check: error: --arch: the kernels compile for this GPU; "
+            "add --cpu to compile them through NVRTC for --arch instead"
+        )
 
 
 def _check_arch(arch):
