@@ -73,6 +73,19 @@ def test_subcommand_help(capsys, command):
     assert err == ""
 
 
+def test_check_quick_help_says_which_dtypes_it_drops(capsys, monkeypatch):
+    """--quick said "fewer dtypes", but only a GPU drops one (float16): the CPU backend is
+    checked in float32 and float64 either way."""
+    _, out, _ = run_main(capsys, "check", "--help")
+    assert "fewer dtypes" not in out
+    assert "no float16 on a GPU (the CPU backend checks float32 and float64 either way)" in " ".join(out.split())
+    dtypes = {True: set(), False: set()}
+    for quick, seen in dtypes.items():
+        monkeypatch.setattr(opcheck, "run_case", lambda case, graph, xp, dtype, *args, seen=seen: seen.add(dtype.name))
+        opcheck.check_ops(None, quick, 0, False)
+    assert dtypes[True] == dtypes[False] == {"float32", "float64"}
+
+
 def test_version(capsys):
     status, out, _ = run_main(capsys, "--version")
     assert status == 0 and ca.__version__ in out
