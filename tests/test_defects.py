@@ -202,6 +202,15 @@ def test_spmm_of_a_complex_matrix_names_its_data():
         ca.spmm(A, None, np.ones((5, 3)))
 
 
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_edge_softmax_of_an_integer_matrix_names_its_data(fmt):
+    """The matrix's data are the scores when none are given: the error names graph.data, not
+    the scores argument the caller left out."""
+    A = _matrix(np, fmt, data=np.ones(7, np.int64))
+    with pytest.raises(TypeError, match=r"^graph\.data must be a real floating-point array"):
+        ca.edge_softmax(A)
+
+
 # ------------------------------------------------------------------ 4. the graph owns its arrays
 
 

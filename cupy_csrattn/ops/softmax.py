@@ -55,10 +55,11 @@ def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
     if scores is None and not (scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph)):
         raise TypeError("scores is required unless graph is a sparse matrix whose data are the scores")
     g, order = _validate.resolve_graph(graph)  # first: it names graph for an unsupported format
+    name = "scores"
     if scores is None:
-        matrix, scores = graph, graph.data
-    scores = _validate.float_array("scores", scores)
-    _validate.edge_array("scores", scores, g)
+        matrix, scores, name = graph, graph.data, "graph.data"  # an adjacency's int or bool data
+    scores = _validate.float_array(name, scores)
+    _validate.edge_array(name, scores, g)
     dtype, _ = _validate.result_dtypes(scores)
     place = Placement(g, order, [scores])
     canonical = place.edge_input(scores, dtype)
