@@ -957,6 +957,25 @@ def test_format_table_and_json(tmp_path):
     assert json.loads(path.read_text())["records"][1]["ms"] == 3.0
 
 
+def test_write_json_replaces_the_file_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A write stopped before its end leaves the earlier file whole and no temporary file; a
+    directory in the file's place is an error, with nothing left behind either."""
+    path = bm.write_json(tmp_path / "r.json", {"run": 1})
+
+    def interrupted(source, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bm.write_json(path, {"run": 2})
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == {"run": 1} and os.listdir(tmp_path) == ["r.json"]
+    (tmp_path / "d.json").mkdir()
+    with pytest.raises(OSError):
+        bm.write_json(tmp_path / "d.json", {"run": 3})
+    assert sorted(os.listdir(tmp_path)) == ["d.json", "r.json"]
+
+
 def test_bench_gpu_script_keeps_its_cases_and_command_line():
     cases = [(c.op, c.dtype, c.H, c.F, c.baselines) for c in load_benchmark("bench_gpu").cases()]
     assert cases == [

@@ -1,8 +1,11 @@
 """Output of a benchmark run: a text table, a JSON document, plots (with matplotlib)."""
 
+import contextlib
 import json
+import os
 import pathlib
 import re
+import tempfile
 
 import numpy as np
 
@@ -59,10 +62,21 @@ def format_table(records, skipped=()):
 
 
 def write_json(path, document):
-    """Write ``document`` as indented JSON (creating the folder); returns the path."""
+    """Write ``document`` as indented JSON (creating the folder); returns the path. The file is
+    written beside its final name and then renamed over it: a run stopped while writing leaves
+    the earlier results whole, never half a file."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1))
+    text = json.dumps(document, indent=1)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
     return path
 
 
