@@ -4,10 +4,10 @@ A replayed call (cupy_csrattn/gpu/replay.py) describes its arguments, finds its 
 allocates its outputs, writes their addresses into the kernels' argument slots and launches.
 Here CuPy's arrays are real (cupy.ndarray over made-up addresses: CuPy builds them without a
 device) while the driver and the memory pool are stood in for (a context check that passes,
-a launch that does nothing, an allocator handing out addresses), so the time is the
-library's Python and CuPy's array headers, without cuLaunchKernel and the pool's
-bookkeeping (on an H200 host those add about 5 us per one-kernel call: compare
-benchmarks/call_overhead.py, which times the whole call on a GPU).
+launches and CUDA-graph calls that do nothing, an allocator handing out addresses; a record
+of several kernels launches as a graph, as on a GPU), so the time is the library's Python
+and CuPy's array headers, without cuLaunchKernel, the pool's bookkeeping and CuPy's stream
+and device queries (benchmarks/call_overhead.py times the whole call on a GPU).
 
 Each case is a record shaped like an op's of benchmarks/call_overhead.py on its 384-row
 graph: its arrays in, its outputs and scratch, its kernels and their argument lists. Each
@@ -67,12 +67,23 @@ def stand_in_device(cupy, replay):
         next_address[0] += -(-max(size, 1) // 512) * 512
         return memory.MemoryPointer(memory.UnownedMemory(address, size, None, device_id=0), 0)
 
+    def handle(reference, *arguments):  # a driver call that creates something: its handle
+        reference._obj.value = 1
+        return 0
+
+    def succeed(*arguments):
+        return 0
+
+    graph_functions = dict(GraphCreate=handle, GraphAddKernelNode=handle, GraphInstantiateWithFlags=handle)
+    graph_functions.update(dict.fromkeys(("GraphExecKernelNodeSetParams", "GraphLaunch", "GraphExecDestroy"), succeed))
+    graph_functions["GraphDestroy"] = succeed
     stream = SimpleNamespace(ptr=0, is_capturing=lambda: False)
     cupy.cuda.set_allocator(allocate)
     cupy.cuda.alloc = allocate
     cupy.cuda.get_current_stream = lambda: stream
     cupy.cuda.runtime.getDevice = lambda: 0
     replay._driver_api = SimpleNamespace(ctxGetCurrent=lambda: 1, launchKernel=lambda *arguments: None)
+    replay.cuda_graph.driver = lambda: graph_functions  # records of several kernels launch as a CUDA graph
 
 
 def recorded_call(package, cupy, name, inputs, outputs, scratch, kernels, kwargs):
@@ -101,7 +112,6 @@ def recorded_call(package, cupy, name, inputs, outputs, scratch, kernels, kwargs
         collected.launches.append((SimpleNamespace(kernel=SimpleNamespace(ptr=1)), (N,), (128,), arguments, stage))
     result = tuple(collected.allocations[: len(outputs)])
     record = replay.Replay(collected, arrays, result if len(result) > 1 else result[0])
-    record._graph = None  # kernel by kernel: no driver here to build a CUDA graph
     replay._records(graph)[key] = record
     return lambda: public(*args, **kwargs)
 
