@@ -56,7 +56,7 @@ def as_array(name, x):
         hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] in _DLPACK_CUDA_DEVICES
     ):
         if cupy is None:
-            raise TypeError(f"{name} lives on a CUDA device, which needs CuPy; it is not installed")
+            raise TypeError(f"{name} lives on a CUDA device, which needs CuPy ({cupy_missing()})")
         return cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
     else:
         try:
@@ -82,6 +82,14 @@ def first_line(error):
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def cupy_missing():
+    """Why CuPy is missing: not installed, or what an installed CuPy raised on import."""
+    if _cupy_import_error is not None:
+        error = _cupy_import_error
+        return f"importing CuPy raised {type(error).__name__}: {first_line(error)}"
+    return "CuPy is not installed"
+
+
 @functools.lru_cache(maxsize=None)
 def gpu_status():
     """(True, None) when CuPy is installed and a CUDA device works, else (False, why not).
@@ -89,11 +97,8 @@ def gpu_status():
     Probed once per process: the device count, then a tiny computation, so that a broken
     driver or an unusable device is reported here rather than in the first op.
     """
-    if _cupy_import_error is not None:
-        error = _cupy_import_error
-        return False, f"importing CuPy raised {type(error).__name__}: {first_line(error)}"
     if cupy is None:
-        return False, "CuPy is not installed"
+        return False, cupy_missing()
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as error:  # no driver, no device

@@ -190,6 +190,23 @@ def test_info_with_a_cupy_that_raises_on_import(tmp_path):
     assert run_module("--help", env=env).returncode == 0
 
 
+def test_what_needs_cupy_says_why_it_is_missing(monkeypatch):
+    """With a CuPy that raised on import, what needs it names that error, not a missing install."""
+    monkeypatch.setattr(backend, "cupy", None)
+    monkeypatch.setattr(backend, "_cupy_import_error", RuntimeError("this CuPy is broken"))
+    with pytest.raises(RuntimeError, match=r"NVRTC bindings \(importing CuPy raised RuntimeError: this CuPy is broken"):
+        kernels.nvrtc_version()
+
+    class OnDevice:
+        __cuda_array_interface__ = {}
+
+    with pytest.raises(TypeError, match=r"^x lives on a CUDA device, which needs CuPy \(importing CuPy raised"):
+        backend.as_array("x", OnDevice())
+    monkeypatch.setattr(backend, "_cupy_import_error", None)
+    with pytest.raises(TypeError, match=r"needs CuPy \(CuPy is not installed\)$"):
+        backend.as_array("x", OnDevice())
+
+
 def test_info_json(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "missing"))
     status, out, _ = run_main(capsys, "info", "--json")

@@ -294,7 +294,7 @@ def nvrtc_version():
 
 def _nvrtc():
     if backend.cupy is None:
-        raise RuntimeError("compiling kernels needs CuPy's NVRTC bindings; CuPy is not installed")
+        raise RuntimeError(f"compiling kernels needs CuPy's NVRTC bindings ({backend.cupy_missing()})")
     try:
         # Imported here, not at the top: only this offline compile needs CuPy's NVRTC bindings.
         from cupy_backends.cuda.libs import nvrtc
