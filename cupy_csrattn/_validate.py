@@ -85,6 +85,14 @@ def edge_array(name, x, graph, heads="any", heads_of=None, feature_axis=False):
     return found
 
 
+# Where a graph has fewer nodes than an array has rows, the count may have been inferred from
+# the largest id (as PyG's num_nodes is) while nodes past it have no edges.
+_COUNT_HINTS = {
+    "source": " (built without num_src, a graph has max(indices) + 1 source nodes: pass num_src)",
+    "destination": " (from_edge_index without num_dst makes max(dst) + 1 destination nodes: pass num_dst)",
+}
+
+
 def node_array(name, x, num_rows, rows_name, heads="any", feature_axis=True, heads_of=None):
     """Check a node array of shape (N, *S, F) (or (N, *S) without feature_axis).
 
@@ -97,7 +105,8 @@ def node_array(name, x, num_rows, rows_name, heads="any", feature_axis=True, hea
         wanted = "(N, F) or (N, *S, F)" if feature_axis else "(N,) or (N, *S)"
         raise ValueError(f"{name} must be {wanted}, got shape {x.shape}")
     if x.shape[0] != num_rows:
-        raise ValueError(f"{name} has {x.shape[0]} rows, but the graph has {num_rows} {rows_name} nodes")
+        hint = _COUNT_HINTS[rows_name] if x.shape[0] > num_rows else ""
+        raise ValueError(f"{name} has {x.shape[0]} rows, but the graph has {num_rows} {rows_name} nodes{hint}")
     found = tuple(x.shape[1:-1]) if feature_axis else tuple(x.shape[1:])
     features = x.shape[-1] if feature_axis else None
     if heads != "any" and found != heads:

@@ -359,6 +359,21 @@ def test_spmm_values_wrong_rows(xp):
     _raises(xp, ValueError, "values", "spmm", _r(E), _r(N_SRC + 1, F))
 
 
+def test_node_rows_past_an_inferred_count_hint_at_it(xp):
+    """More rows than the graph's nodes, the count perhaps inferred from the largest id (nodes
+    past it have no edges, as PyG's num_nodes would count them): the error says how to give it."""
+    graph = _csr(xp, [0, 1, 2], [0, 1])  # num_src = max(indices) + 1 = 2
+    with pytest.raises(
+        ValueError, match=r"^values has 4 rows, but the graph has 2 source nodes \(built without num_src"
+    ):
+        ca.spmm(graph, *to_xp(xp, [_r(2), _r(4, F)]))
+    with pytest.raises(ValueError, match=r"^values has 1 rows, but the graph has 2 source nodes$"):
+        ca.spmm(graph, *to_xp(xp, [_r(2), _r(1, F)]))
+    edges, _ = ca.CSRGraph.from_edge_index(*to_xp(xp, [np.array([0, 1]), np.array([1, 0])]))
+    with pytest.raises(ValueError, match=r"^q has 3 rows, but the graph has 2 destination nodes \(from_edge_index"):
+        ca.graph_attention(edges, *to_xp(xp, [_r(3, 1, F), _r(2, 1, F), _r(2, 1, F)]))
+
+
 def test_spmm_values_1d(xp):
     _raises(xp, ValueError, "values", "spmm", _r(E), _r(N_SRC))
 
