@@ -624,6 +624,23 @@ def test_bench_out_that_cannot_be_written_fails_before_timing(capsys, monkeypatc
     assert not out_dir.exists()
 
 
+def test_bench_results_file_name_taken_by_a_directory_fails_before_timing(capsys, monkeypatch, tmp_path):
+    """A directory named as the results file: the write failed after the whole benchmark."""
+    taken = tmp_path / f"bench_cpu_{bm.file_stem(bm.CpuDevice().name)}.json"
+    taken.mkdir()
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("bench started timing before checking where its results go")
+
+    monkeypatch.setattr(bm, "run_cases", must_not_run)
+    monkeypatch.setattr(bm.CpuDevice, "copy_bandwidth", must_not_run)
+    status, out, err = run_main(capsys, "bench", "--graph", "uniform:50,2", "--device", "cpu", "--out", str(tmp_path))
+    assert status == 2 and out == ""
+    assert one_line(err) == (
+        f"csrattn bench: error: --out {tmp_path}: {taken} is a directory, where the results are written"
+    )
+
+
 def test_bench_out_is_created_before_timing_and_left_with_the_results_only(capsys, tmp_path):
     out_dir = tmp_path / "new" / "results"
     status, _, err = run_main(

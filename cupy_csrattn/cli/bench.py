@@ -158,6 +158,19 @@ def check_out_dir(path):
         ) from None
 
 
+def results_path(out, device):
+    """Where the JSON results of a run on ``device`` go in --out directory ``out``."""
+    return os.path.join(out, f"bench_{device.kind}_{bm.file_stem(device.name)}.json")
+
+
+def check_results_path(out, device):
+    """A usage error, before anything is timed, where a directory holds the results file's name
+    (the write failed after the whole benchmark)."""
+    path = results_path(out, device)
+    if os.path.isdir(path):
+        raise UsageError(f"{PROG} bench: error: --out {out}: {path} is a directory, where the results are written")
+
+
 def cmd_bench(args):
     usable, reason = backend.gpu_status()
     if args.device == "gpu" and not usable:
@@ -170,15 +183,16 @@ def cmd_bench(args):
     repeat = args.repeat or (20 if on_gpu else 5)
     if args.out is not None:
         check_out_dir(args.out)  # before anything is timed
+    device = bm.GpuDevice(repeat) if on_gpu else bm.CpuDevice(repeat)
+    if args.out is not None:
+        check_results_path(args.out, device)  # before anything is timed too
     if on_gpu:
-        device = bm.GpuDevice(repeat)
         print(f"GPU {device.name}: timing the ops against CuPy compositions, cuSPARSE and PyG (when installed)")
         started = time.perf_counter()
         cupy_csrattn.warmup(dtypes=args.dtype)
         print(f"kernels ready in {time.perf_counter() - started:.1f} s (compiled once, then loaded from CuPy's cache)")
     else:
         why = reason if args.device == "auto" else "--device cpu given"
-        device = bm.CpuDevice(repeat)
         print(f"No GPU used ({why}): timing the CPU backend on {device.name}, against NumPy/SciPy compositions")
     bandwidth = device.copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write): the roofline")
@@ -217,7 +231,7 @@ def cmd_bench(args):
         records=records,
         skipped=skipped,
     )
-    path = bm.write_json(os.path.join(args.out, f"bench_{device.kind}_{bm.file_stem(device.name)}.json"), document)
+    path = bm.write_json(results_path(args.out, device), document)
     print(f"\nwrote {path}")
     if args.no_plot:
         print("plots not made (--no-plot)")
