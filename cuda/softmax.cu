@@ -32,6 +32,8 @@ __device__ constexpr bool softmax_reads_grad(int mode) {
 __device__ constexpr bool softmax_probs_from_lse(int mode) { return mode == SOFTMAX_GRAD_SCORES; }
 
 #define CACHED 8  // elements per lane held in registers for whole rows
+// The widest step between a lane's cached elements (R * H) whose positions k * step, k < CACHED, fit in an int.
+#define MAX_CACHED_STEP (0x7fffffff / (CACHED - 1))
 
 // The per-head state of each mode, as a SoftmaxState (see softmax_keeps_max).
 template <int MODE>
@@ -124,9 +126,10 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
         // Rows of up to CACHED elements per lane keep them in registers: all loads are
         // issued before the first use, and the write pass reads no memory again.
         i64 per_lane = (item.end - item.begin + R - 1) / R;
-        if (item.split < 0 && per_lane <= CACHED) {
+        if (item.split < 0 && per_lane <= CACHED && (i64)R * H <= MAX_CACHED_STEP) {
             // 32-bit positions inside the row and one 64-bit base: the address arithmetic
-            // is a large part of this kernel's instructions.
+            // is a large part of this kernel's instructions (the positions k * step fit in
+            // an int by MAX_CACHED_STEP; wider steps, millions of heads, take the loop below).
             const int count = (int)(item.end - item.begin), step = R * H;
             const i64 base = (item.begin + lane_edge) * H + head;
             acc_t cached_a[CACHED], cached_g[CACHED];

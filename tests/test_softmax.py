@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from helpers import poison
+from helpers import poison, require_cupy
 
 import cupy_csrattn as ca
 import cupy_csrattn.testing.reference as ref
@@ -120,3 +120,18 @@ def test_cpu_plans_for_several_head_counts_share_their_unit_arrays():
     finally:
         tracemalloc.stop()
     assert retained < 2 * first, (first, retained)
+
+
+def test_rows_of_hundreds_of_millions_of_heads():
+    """A row of 8 edges and 3 * 2**27 heads in float16 (3.2e9 elements): the positions k * H
+    of the softmax's edges held in registers pass 2**31 from its fourth edge, so rows whose
+    edges lie that far apart take its 64-bit loop. GPU only; needs 13 GB of free GPU memory."""
+    cupy = require_cupy()
+    heads = 3 * 2**27
+    if cupy.cuda.runtime.memGetInfo()[0] < 2 * 8 * heads * 2 + 2**30:
+        pytest.skip("needs 13 GB of free GPU memory")
+    graph = ca.CSRGraph(cupy.array([0, 8]), cupy.arange(8, dtype=cupy.int32), num_src=8)
+    scores = cupy.zeros((8, heads), cupy.float16)
+    out = poison(cupy, scores.shape, cupy.float16)
+    ca.edge_softmax(graph, scores, out=out)
+    assert float(out.min()) == float(out.max()) == 0.125  # NaN (a position not written) fails both
