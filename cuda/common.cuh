@@ -57,6 +57,16 @@ __device__ __forceinline__ acc_t load_scalar(const scalar_t* p) { return to_acc(
 // lse is float32 for float16 data, otherwise the data type: always acc_t.
 typedef acc_t lse_t;
 
+// Elements of either the data type or, for arrays a kernel keeps for another in the
+// accumulation type (float16 data's dot products, summed in float32 and not rounded to
+// float16 between the two), acc_t: the same type but for float16.
+__device__ __forceinline__ acc_t load_any(const scalar_t* p) { return load_scalar(p); }
+__device__ __forceinline__ void store_any(scalar_t* p, acc_t v) { store_scalar(p, v); }
+#if CSR_DTYPE == 2
+__device__ __forceinline__ acc_t load_any(const acc_t* p) { return __ldg(p); }
+__device__ __forceinline__ void store_any(acc_t* p, acc_t v) { *p = v; }
+#endif
+
 #define WARP 32
 #define FULL_MASK 0xffffffffu
 #define BLOCK_THREADS (BLOCK_WARPS * WARP)  // threads per block of every kernel

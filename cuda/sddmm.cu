@@ -6,10 +6,10 @@
 // loads of a warp fall in the same few cache lines. row_of_edge gives each edge's row.
 // No shared memory. Bound: memory (the gathers of A and B rows).
 
-template <int VEC>
+template <int VEC, class Out>
 __device__ __forceinline__ void sddmm_dot(i64 num_edges, int H, int D, const idx_t* row_of_edge,
                                           const idx_t* indices, const scalar_t* A, const scalar_t* B, acc_t scale,
-                                          scalar_t* out) {
+                                          Out* out) {
     i64 pair = grid_thread();
     if (pair >= num_edges * H) return;
     i64 e = pair / H;
@@ -25,13 +25,20 @@ __device__ __forceinline__ void sddmm_dot(i64 num_edges, int H, int D, const idx
 #pragma unroll
         for (int v = 0; v < VEC; ++v) sum += x[v] * y[v];
     }
-    store_scalar(out + pair, sum * scale);
+    store_any(out + pair, sum * scale);
 }
 
+// sddmm_dot_acc_*: out in the accumulation type (attention_aggregate_backward's dot
+// products, which its softmax gradient reads: float16 data's stay in float32).
 #define SDDMM_DOT_ENTRY_POINT(VEC)                                                                         \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                          \
         sddmm_dot_v##VEC(i64 num_edges, int H, int D, const idx_t* row_of_edge, const idx_t* indices,   \
                          const scalar_t* A, const scalar_t* B, acc_t scale, scalar_t* out) {             \
+        sddmm_dot<VEC>(num_edges, H, D, row_of_edge, indices, A, B, scale, out);                        \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                          \
+        sddmm_dot_acc_v##VEC(i64 num_edges, int H, int D, const idx_t* row_of_edge, const idx_t* indices, \
+                             const scalar_t* A, const scalar_t* B, acc_t scale, acc_t* out) {            \
         sddmm_dot<VEC>(num_edges, H, D, row_of_edge, indices, A, B, scale, out);                        \
     }
 

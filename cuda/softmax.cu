@@ -31,6 +31,21 @@ __device__ constexpr bool softmax_reads_grad(int mode) {
 // The probabilities are recomputed from the scores and the forward's lse.
 __device__ constexpr bool softmax_probs_from_lse(int mode) { return mode == SOFTMAX_GRAD_SCORES; }
 
+// The type of g: the data type (grad_probs: the caller's gradient), or the accumulation type
+// for grad_scores (attention_aggregate_backward's dot products, from sddmm_dot_acc). The
+// staged kernels stage g as the data type: grad_scores of float16 data does not take them
+// (gpu/softmax.py).
+template <int MODE>
+struct GradOf {
+    typedef scalar_t type;
+};
+template <>
+struct GradOf<SOFTMAX_GRAD_SCORES> {
+    typedef acc_t type;
+};
+template <int MODE>
+using grad_t = typename GradOf<MODE>::type;
+
 #define CACHED 8  // elements per lane held in registers for whole rows
 // The widest step between a lane's cached elements (R * H) whose positions k * step, k < CACHED, fit in an int.
 #define MAX_CACHED_STEP (0x7fffffff / (CACHED - 1))
@@ -70,7 +85,7 @@ struct RowReduce {
 // so an in-place call (out = a) reads every input before it is overwritten; each output is
 // computed as one edge at a time would.
 template <int MODE, int BATCH>
-__device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
+__device__ __forceinline__ void write_edges(const scalar_t* a, const grad_t<MODE>* g, const lse_t* lse_in,
                                             scalar_t* out, i64 row, i64 begin, i64 end, int H, int head,
                                             int lane_edge, int R, bool active, SoftmaxState row_state) {
     if (!active) return;
@@ -87,14 +102,14 @@ __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g
         for (int k = 0; k < BATCH; ++k) {
             const i64 pos = (e + k * R) * H + head;
             x[k] = load_scalar(a + pos);
-            grad[k] = softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0;
+            grad[k] = softmax_reads_grad(MODE) ? load_any(g + pos) : (acc_t)0;
         }
 #pragma unroll
         for (int k = 0; k < BATCH; ++k) store_scalar(out + (e + k * R) * H + head, result(x[k], grad[k]));
     }
     for (; e < end; e += R) {
         const i64 pos = e * H + head;
-        const acc_t grad = softmax_reads_grad(MODE) ? load_scalar(g + pos) : (acc_t)0;
+        const acc_t grad = softmax_reads_grad(MODE) ? load_any(g + pos) : (acc_t)0;
         store_scalar(out + pos, result(load_scalar(a + pos), grad));
     }
 }
@@ -111,7 +126,7 @@ __device__ __forceinline__ void write_edges(const scalar_t* a, const scalar_t* g
 // done; taken first, the whole rows fill in around them.
 template <int MODE>
 __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i64 num_whole, int H,
-                                             const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
+                                             const scalar_t* a, const grad_t<MODE>* g, const lse_t* lse_in,
                                              scalar_t* out, lse_t* lse_out, SoftmaxState* partial) {
     const i64 warp = grid_warp(), num_split_items = num_items - num_whole;
     if (warp >= num_items) return;
@@ -137,7 +152,7 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
             for (int k = 0; k < CACHED; ++k) {
                 bool here = active && lane_edge + k * R < count;
                 cached_a[k] = here ? load_scalar(a + base + k * step) : neg_inf();  // absent: no weight
-                cached_g[k] = (softmax_reads_grad(MODE) && here) ? load_scalar(g + base + k * step) : (acc_t)0;
+                cached_g[k] = (softmax_reads_grad(MODE) && here) ? load_any(g + base + k * step) : (acc_t)0;
             }
             SoftmaxState row_state;
             if (softmax_keeps_max(MODE)) {
@@ -196,7 +211,7 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
                     const i64 e = e0 + (i64)k * R;
                     const bool here = e < item.end;
                     x[k] = here ? load_scalar(a + e * H + head) : neg_inf();  // absent: no weight
-                    grad[k] = softmax_reads_grad(MODE) && here ? load_scalar(g + e * H + head) : (acc_t)0;
+                    grad[k] = softmax_reads_grad(MODE) && here ? load_any(g + e * H + head) : (acc_t)0;
                 }
                 if (softmax_keeps_max(MODE)) {
                     // The step's max first, then one exp per element (add_score takes two).
@@ -272,7 +287,7 @@ constexpr int SPLIT_WRITE_BATCH = 8;
 // item's edges. Bound: memory (rereads the item's inputs once, writes its outputs).
 template <int MODE>
 __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i64 num_whole, int H,
-                                              const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
+                                              const scalar_t* a, const grad_t<MODE>* g, const lse_t* lse_in,
                                               scalar_t* out, const SoftmaxState* row_states) {
     // The split items in reverse plan order: softmax_rows, launched just before (softmax_merge
     // between them reads only the partial states), read them in plan order, so the last it
@@ -295,7 +310,7 @@ __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i
 // identical, value. Bound: memory (one read and one write per element).
 template <int MODE>
 __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, int S, int H, const i64* indptr,
-                                               const scalar_t* a, const scalar_t* g, const lse_t* lse_in,
+                                               const scalar_t* a, const grad_t<MODE>* g, const lse_t* lse_in,
                                                scalar_t* out, lse_t* lse_out) {
     const int lane = lane_id();
     i64 group = grid_warp() * (WARP / S) + lane / S;
@@ -307,7 +322,7 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
     bool active = e < end;
     i64 pos = e * H + head;
     acc_t value = active ? load_scalar(a + pos) : neg_inf();
-    acc_t grad = (softmax_reads_grad(MODE) && active) ? load_scalar(g + pos) : (acc_t)0;
+    acc_t grad = (softmax_reads_grad(MODE) && active) ? load_any(g + pos) : (acc_t)0;
     SoftmaxState state;
     if (softmax_keeps_max(MODE)) {
         // The group's max, then one exp per element and the group's sum.
@@ -840,10 +855,10 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, const int* s
 #define ROWS_BOUNDS_grad_probs __launch_bounds__(BLOCK_THREADS)
 #define ROWS_BOUNDS_grad_scores __launch_bounds__(BLOCK_THREADS)
 
-#define SOFTMAX_ENTRY_POINTS(MODE, NAME)                                                                       \
+#define SOFTMAX_ENTRY_POINTS(MODE, NAME, G)                                                                     \
     extern "C" __global__ void ROWS_BOUNDS_##NAME                                                             \
         softmax_rows_##NAME(const i64* items, i64 num_items, i64 num_whole, int H, const scalar_t* a,         \
-                            const scalar_t* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out,           \
+                            const G* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out,                 \
                             SoftmaxState* partial) {                                                          \
         softmax_rows<MODE>(items, num_items, num_whole, H, a, g, lse_in, out, lse_out, partial);             \
     }                                                                                                         \
@@ -854,7 +869,7 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, const int* s
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
         softmax_write_##NAME(const i64* items, i64 num_items, i64 num_whole, int H, const scalar_t* a,        \
-                             const scalar_t* g, const lse_t* lse_in, scalar_t* out,                           \
+                             const G* g, const lse_t* lse_in, scalar_t* out,                                 \
                              const SoftmaxState* row_states) {                                                \
         softmax_write<MODE>(items, num_items, num_whole, H, a, g, lse_in, out, row_states);                  \
     }                                                                                                         \
@@ -872,11 +887,12 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, const int* s
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
         softmax_groups_##NAME(const i64* rows, i64 num_rows, int S, int H, const i64* indptr, const scalar_t* a, \
-                              const scalar_t* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {         \
+                              const G* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {               \
         softmax_groups<MODE>(rows, num_rows, S, H, indptr, a, g, lse_in, out, lse_out);                       \
     }
 
-SOFTMAX_ENTRY_POINTS(SOFTMAX_FORWARD, forward)
-SOFTMAX_ENTRY_POINTS(SOFTMAX_LSE, lse)
-SOFTMAX_ENTRY_POINTS(SOFTMAX_GRAD_PROBS, grad_probs)
-SOFTMAX_ENTRY_POINTS(SOFTMAX_GRAD_SCORES, grad_scores)
+// G: the type of g in the unstaged kernels (grad_t of the mode; the staged ones take scalar_t).
+SOFTMAX_ENTRY_POINTS(SOFTMAX_FORWARD, forward, scalar_t)
+SOFTMAX_ENTRY_POINTS(SOFTMAX_LSE, lse, scalar_t)
+SOFTMAX_ENTRY_POINTS(SOFTMAX_GRAD_PROBS, grad_probs, scalar_t)
+SOFTMAX_ENTRY_POINTS(SOFTMAX_GRAD_SCORES, grad_scores, acc_t)

@@ -17,13 +17,31 @@ from cupy_csrattn.testing import reference as ref
 from cupy_csrattn.testing.arrays import make_graph, to_xp, trailing_shape
 from cupy_csrattn.testing.cases import CASE_BY_NAME, check_case
 from cupy_csrattn.testing.compare import array_module_of, check_result, to_np
-from cupy_csrattn.testing.graphs import GraphData, hub, named_graph, num_dst_of
+from cupy_csrattn.testing.graphs import GraphData, from_degrees, hub, named_graph, num_dst_of
 
 # backward op -> its forward op, from the registry
 BACKWARD = {name: op.forward for name, op in OPS.items() if op.forward is not None}
 
 
 # ------------------------------------------------------------------ against the loop reference
+
+
+def test_float16_aggregate_backward_dot_products_past_float16(xp):
+    """float16 attention_aggregate_backward whose <grad_out[dst], values[src]> reach 6.4e5 (past
+    65504) while every gradient stays within float16: the GPU kept those dot products in the
+    float16 grad_scores between its two kernels (inf, then NaN). Short rows (lane groups), a
+    row of 40 edges and one of 3000 (split in items, merged, then written)."""
+    graph = from_degrees([2, 3000, 0, 3, 1, 40], num_src=700, seed=3)
+    rng = np.random.default_rng(8)
+    N, E, H, F = num_dst_of(graph), len(graph.indices), 2, 16
+    scores = rng.standard_normal((E, H)).astype(np.float16)
+    values = (200 + rng.standard_normal((graph.num_src, H, F))).astype(np.float16)
+    grad_out = np.full((N, H, F), 200, np.float16)
+    got = ca.attention_aggregate_backward(make_graph(xp, graph), *to_xp(xp, (scores, values, grad_out)))
+    expected = ref.attention_aggregate_backward(graph.indptr, graph.indices, scores, values, grad_out)
+    assert np.abs(expected[0]).max() < 65504 < 200 * 200 * F
+    for g, e in zip(got, expected):
+        check_result(xp, g, e, np.float16)
 
 
 @pytest.mark.parametrize("slope", [-3.0, 1.5, 1e16])

@@ -48,9 +48,12 @@ def attention_aggregate(graph, scores, values, out, lse):
 def attention_aggregate_backward(graph, scores, values, grad_out, lse, grad_scores, grad_values):
     if lse is None:
         lse = _row_lse(graph, scores)
-    # grad_scores first holds dp = <grad_out[row], values[col]>, then p * (dp - sum_row p * dp).
-    edge_dot(graph, grad_out, values, 1.0, grad_scores)
-    run_softmax("grad_scores", graph, scores, g=grad_scores, lse_in=lse, out=grad_scores)
+    # dp = <grad_out[row], values[col]> in the accumulation dtype (float16's in float32: neither
+    # overflowing nor rounded before the row's sum), then grad_scores = p * (dp - sum_row p * dp).
+    acc = accumulation_dtype(scores.dtype)
+    dp = grad_scores if grad_scores.dtype == acc else scratch(grad_scores.shape, acc)
+    edge_dot(graph, grad_out, values, 1.0, dp)
+    run_softmax("grad_scores", graph, scores, g=dp, lse_in=lse, out=grad_scores)
     graph_t, perm = graph.transpose()
     aggregate("probs_perm", graph_t, grad_out, grad_values, scores=scores, perm=perm, lse=lse)
 

@@ -6,11 +6,13 @@ from cupy_csrattn.gpu.kernels import launch, thread_grid, vector_width
 
 
 def edge_dot(graph, dst_feat, src_feat, scale, out):
-    """out[e, h] = scale * <dst_feat[row(e), h], src_feat[col(e), h]>; features (N, H, D)."""
+    """out[e, h] = scale * <dst_feat[row(e), h], src_feat[col(e), h]>; features (N, H, D);
+    out in their dtype or in its accumulation dtype (sddmm_dot_acc: float16's sums kept in float32)."""
     heads, dim = dst_feat.shape[1], dst_feat.shape[2]
     index_dtype, rows, indices = edge_ends(graph)
+    kind = "" if out.dtype == dst_feat.dtype else "_acc"
     launch(
-        f"sddmm_dot_v{vector_width(dim, dst_feat, src_feat)}",
+        f"sddmm_dot{kind}_v{vector_width(dim, dst_feat, src_feat)}",
         dst_feat.dtype,
         index_dtype,
         thread_grid(graph.num_edges * heads),

@@ -57,6 +57,8 @@ SOFTMAX_MODES = ("forward", "lse", "grad_probs", "grad_scores")
 # The per-mode arrays: a (scores or probs), g (the incoming gradient), lse_in, out, lse_out.
 _SOFTMAX_ARRAYS = "const scalar_t* a, const scalar_t* g?, const lse_t* lse_in?, scalar_t* out?"
 for _mode in SOFTMAX_MODES:
+    # The unstaged kernels read grad_scores's g in the accumulation type (softmax.cu's grad_t).
+    _unstaged = _SOFTMAX_ARRAYS.replace("scalar_t* g?", "acc_t* g?") if _mode == "grad_scores" else _SOFTMAX_ARRAYS
     _declare(
         "softmax",
         [f"softmax_runs_{_mode}"],
@@ -76,13 +78,13 @@ for _mode in SOFTMAX_MODES:
     _declare(
         "softmax",
         [f"softmax_groups_{_mode}"],
-        _params(f"const i64* rows, i64 num_rows, int S, int H, const i64* indptr, {_SOFTMAX_ARRAYS}, lse_t* lse_out?"),
+        _params(f"const i64* rows, i64 num_rows, int S, int H, const i64* indptr, {_unstaged}, lse_t* lse_out?"),
     )
     _declare(
         "softmax",
         [f"softmax_rows_{_mode}"],
         _params(
-            f"const i64* items, i64 num_items, i64 num_whole, int H, {_SOFTMAX_ARRAYS}, lse_t* lse_out?, "
+            f"const i64* items, i64 num_items, i64 num_whole, int H, {_unstaged}, lse_t* lse_out?, "
             "SoftmaxState* partial?"
         ),
     )
@@ -97,9 +99,7 @@ for _mode in SOFTMAX_MODES:
     _declare(
         "softmax",
         [f"softmax_write_{_mode}"],
-        _params(
-            f"const i64* items, i64 num_items, i64 num_whole, int H, {_SOFTMAX_ARRAYS}, const SoftmaxState* row_states"
-        ),
+        _params(f"const i64* items, i64 num_items, i64 num_whole, int H, {_unstaged}, const SoftmaxState* row_states"),
     )
 
 # aggregate.cuh: the row kernels of one weight functor, batched with 1-, 2- and 4-element
@@ -199,14 +199,15 @@ _declare("gatv2", ["gatv2_grad_src"], _params(_GATV2_ROWS + ", " + _GATV2_GRAD))
 _declare("gatv2", ["gatv2_reduce_att"], _params("i64 num_slots, int HD, const acc_t* att_partial, scalar_t* grad_att"))
 
 # sddmm.cu: per-edge scores.
-_declare(
-    "sddmm",
-    ["sddmm_dot_v1", "sddmm_dot_v2", "sddmm_dot_v4"],
-    _params(
-        "i64 num_edges, int H, int D, const idx_t* row_of_edge, const idx_t* indices, const scalar_t* A, "
-        "const scalar_t* B, acc_t scale, scalar_t* out"
-    ),
-)
+for _out in ("scalar_t", "acc_t"):  # sddmm_dot_*, and sddmm_dot_acc_* writing the accumulation type
+    _declare(
+        "sddmm",
+        [f"sddmm_dot{'_acc' if _out == 'acc_t' else ''}_v{vec}" for vec in (1, 2, 4)],
+        _params(
+            "i64 num_edges, int H, int D, const idx_t* row_of_edge, const idx_t* indices, const scalar_t* A, "
+            f"const scalar_t* B, acc_t scale, {_out}* out"
+        ),
+    )
 _declare(
     "sddmm",
     ["sddmm_add"],

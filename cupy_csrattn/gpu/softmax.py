@@ -15,7 +15,10 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
     in lane groups, the others one warp per plan item, split rows merged and then written."""
     heads = a.shape[1]
     dtype, index_dtype = a.dtype, graph.index_dtype
-    layout = plans.softmax_layout(graph, heads, plans.run_capacity(dtype, 1 if g is None else 2))
+    # The staged kernels stage g as the data type: a g in another (grad_scores's float32 dot
+    # products of float16 data) takes the others alone, the layout of a stage of no elements.
+    staged = g is None or g.dtype == dtype
+    layout = plans.softmax_layout(graph, heads, plans.run_capacity(dtype, 1 if g is None else 2) if staged else 0)
     plan = layout.plan
     state_dtype = accumulation_dtype(dtype)
     partial = scratch((plan.num_split_items, heads, 2), state_dtype) if plan.num_split_items else None
