@@ -166,7 +166,10 @@ def _median_degree(graph):
 def _run_rows(graph, heads, capacity):
     """Rows per run: the most (a power of two, at most MAX_RUN_ROWS) whose edges at the median
     degree fill at most half the stage, so that most runs fit it; 0 (no runs) where a row
-    of median degree alone would fill more than half."""
+    of median degree alone would fill more than half; 0 without a stage (capacity 0), forced
+    or not: its runs would be of empty rows, on kernels that stage what they are not given."""
+    if capacity == 0:
+        return 0
     if RUN_ROWS is not None:
         return RUN_ROWS
     if heads == 0:
