@@ -14,15 +14,7 @@ from cupy_csrattn.gpu import plan as plans
 from cupy_csrattn.gpu import recording
 from cupy_csrattn.gpu.aggregate import aggregate, merge_split_rows, run_row_kernels
 from cupy_csrattn.gpu.derived import unit_values
-from cupy_csrattn.gpu.kernels import (
-    MAX_BATCHED_HEADS,
-    WARP,
-    launch,
-    scratch,
-    thread_grid,
-    vector_width,
-    warp_grid,
-)
+from cupy_csrattn.gpu.kernels import MAX_BATCHED_HEADS, WARP, launch, scratch, thread_grid, vector_width, warp_grid
 from cupy_csrattn.gpu.sddmm import edge_dot
 from cupy_csrattn.gpu.softmax import run_softmax
 
