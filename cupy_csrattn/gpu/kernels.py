@@ -128,7 +128,7 @@ CHECK_ARGUMENT_DTYPES = False
 
 # Keyed by dtype and by scalar type: launchers pass array dtypes, callers may pass np.float32.
 _ACCUMULATION_TYPES = {key: backend.accumulation_dtype(d).type for d in DTYPE_CODES for key in (d, d.type)}
-_SCALAR_TYPES = {"i64": "_int64", "int": "_int32", "acc_t": "_acc"}
+_SCALAR_TYPES = {"i64": "_int64", "acc_t": "_acc"}  # int parameters: _int32, range-checked
 _INT32 = np.iinfo(np.int32)
 
 
