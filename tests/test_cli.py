@@ -684,6 +684,30 @@ def test_bench_graph_spec_beyond_the_generators_is_a_usage_error(capsys, monkeyp
 
 
 @pytest.mark.parametrize(
+    "option,values",
+    [
+        ("--heads", ["8", "1000000000000"]),
+        ("--heads", ["2147483648"]),
+        ("--features", ["16", "100000000000000000000"]),
+    ],
+)
+def test_bench_heads_and_features_past_int32_are_usage_errors(capsys, monkeypatch, option, values):
+    """--heads 10**12 was taken: the command measured the copy bandwidth and built the graph,
+    then failed (exit 1) with NumPy's MemoryError for an (E, 10**12) array; 10**20 with
+    "Maximum allowed dimension exceeded". The kernels take H and F as 32-bit ints."""
+    forbid_timing(monkeypatch)
+    status, out, err = run_main(capsys, "bench", "--graph", "uniform:10,2", "--device", "cpu", option, *values)
+    assert status == 2, err
+    assert one_line(err) == (
+        f"csrattn bench: error: argument {option}: '{values[-1]}' must be at most 2147483647 "
+        "(the kernels take it as a 32-bit int) (see csrattn bench --help)"
+    )
+    assert out == ""
+    args = cli.command.build_parser().parse_args(["bench", "--heads", "2147483647", "--features", "2147483647"])
+    assert (args.heads, args.features) == ([2**31 - 1], [2**31 - 1])
+
+
+@pytest.mark.parametrize(
     "name,text,fragment",
     [
         ("bad.txt", "0 1\n1 two\n", ":2: column 2: 'two' is not an integer"),

@@ -12,7 +12,15 @@ import numpy as np
 import cupy_csrattn
 from cupy_csrattn import backend
 from cupy_csrattn import bench as bm
-from cupy_csrattn.cli.common import PROG, CommandError, Progress, UsageError, positive_int, progress_wanted
+from cupy_csrattn.cli.common import (
+    PROG,
+    CommandError,
+    Progress,
+    UsageError,
+    kernel_size,
+    positive_int,
+    progress_wanted,
+)
 
 DEFAULT_GRAPHS = {"gpu": ["rmat:20", "uniform:1048576,16"], "cpu": ["rmat:14", "uniform:16384,16"]}
 
@@ -55,15 +63,20 @@ def add_parser(commands):
         help="data types (default: float32)",
     )
     bench.add_argument(
-        "--heads", nargs="+", type=positive_int, default=[8], metavar="H", help="numbers of heads (default: 8)"
+        "--heads",
+        nargs="+",
+        type=kernel_size,
+        default=[8],
+        metavar="H",
+        help="numbers of heads, 1 to 2**31 - 1 (default: 8)",
     )
     bench.add_argument(
         "--features",
         nargs="+",
-        type=positive_int,
+        type=kernel_size,
         default=[16],
         metavar="F",
-        help="feature widths per head (default: 16)",
+        help="feature widths per head, 1 to 2**31 - 1 (default: 16)",
     )
     bench.add_argument(
         "--repeat", type=positive_int, metavar="N", help="timed calls per case (default: 20 on a GPU, 5 on the CPU)"

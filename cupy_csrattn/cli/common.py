@@ -16,19 +16,34 @@ class CommandError(Exception):
     """A failure while running a command: exit status 1."""
 
 
-def _int_at_least(text, minimum):
+def _int_at_least(text, minimum, maximum=None, why=""):
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at most {maximum}{why}")
     return value
 
 
 def positive_int(text):
     """argparse type: an integer of at least 1."""
     return _int_at_least(text, 1)
+
+
+#: The most heads or features per head a command takes: the kernels take H and F as C ints.
+KERNEL_INT_MAX = 2**31 - 1
+
+
+def kernel_size(text):
+    """argparse type: an integer from 1 to KERNEL_INT_MAX (a head count, a feature width).
+
+    Refused as the command line is read: a larger one fails only once timing has begun,
+    allocating arrays of E * H elements or passing H to a kernel's int parameter.
+    """
+    return _int_at_least(text, 1, KERNEL_INT_MAX, " (the kernels take it as a 32-bit int)")
 
 
 def nonnegative_int(text):
