@@ -733,6 +733,50 @@ def test_bench_malformed_graph_file_is_reported_before_anything_is_timed(
     assert not out_dir.exists()
 
 
+def write_graph_of_many_nodes(tmp_path, kind):
+    """A graph file of one edge that declares (or implies) 4000000 nodes, past the loaders' limit."""
+    path = tmp_path / f"big.{kind}"
+    if kind == "mtx":
+        path.write_text("%%MatrixMarket matrix coordinate pattern general\n4000000 4000000 1\n1 2\n")
+    elif kind == "txt":
+        path.write_text("0 3999999\n")
+    else:
+        np.savez(path, edge_index=np.array([[0], [1]]), num_nodes=4000000)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["mtx", "txt", "npz"])
+def test_bench_graph_file_of_too_many_nodes_names_max_nodes_option(capsys, monkeypatch, tmp_path, kind):
+    """The loaders' message told a command-line user to "pass max_nodes=4000000" (or
+    num_nodes= for an edge list), arguments of the Python loaders that csrattn bench did not
+    have: it names --max-nodes now, which the command passes to the loaders as max_nodes."""
+    path = write_graph_of_many_nodes(tmp_path, kind)
+    forbid_timing(monkeypatch)
+    status, out, err = run_main(capsys, "bench", "--graph", str(path), "--device", "cpu")
+    assert status == 2 and out == ""
+    line = one_line(err)
+    assert line.startswith(f"csrattn bench: error: --graph: {path}")
+    assert line.endswith(
+        "4000000 nodes, more than the 1048576 allowed for 1 edge without --max-nodes (max(1048576, 16 per edge)); "
+        "pass --max-nodes 4000000 if the graph really has that many nodes, or renumber them"
+    )
+    assert "max_nodes" not in line and "num_nodes=" not in line
+    status, _, err = run_main(capsys, "bench", "--graph", str(path), "--device", "cpu", "--max-nodes", "1000")
+    assert status == 2 and one_line(err).endswith("4000000 nodes, more than --max-nodes 1000")
+    [(name, build)] = cli.bench.parse_graphs([str(path)], max_nodes=4000000)
+    assert (name, build().shape) == ("big", (4000000, 4000000))
+    fix = "num_nodes" if kind == "txt" else "max_nodes"
+    with pytest.raises(ValueError, match=f"without an explicit argument .*; pass {fix}=4000000 if"):
+        datasets.load(path)  # the Python loaders name their own arguments
+
+
+@pytest.mark.parametrize("value", ["-1", "4611686018427387905"])
+def test_bench_max_nodes_out_of_the_loaders_range_is_a_usage_error(capsys, value):
+    status, _, err = run_main(capsys, "bench", "--graph", "uniform:10,2", "--max-nodes", value)
+    assert status == 2
+    assert "argument --max-nodes" in one_line(err)
+
+
 def test_bench_graphs_plotted_to_one_file_are_a_usage_error(capsys, monkeypatch, tmp_path):
     """Graphs "a b" and "a_b" were both plotted to bench_a_b.png, the second replacing the first
     (and every name in another script to bench_bench.png)."""

@@ -818,6 +818,28 @@ def test_mtx_refuses_sizes_far_beyond_its_entries(tmp_path):
     assert datasets.load_mtx(path).shape == (2**20, 5)
 
 
+def test_node_limit_error_keeps_its_parts_through_pickle(tmp_path):
+    """The refusal is a ValueError whose parts stay apart, so that a caller with its own way of
+    setting the limit (csrattn bench --max-nodes) can name it; pickled (between processes) and
+    copied it keeps them."""
+    import copy
+    import pickle
+
+    path = write(tmp_path / "big.mtx", MTX_HEADER + "5000000 5000000 1\n1 1 1.0\n")
+    with pytest.raises(datasets.base.NodeLimitError) as caught:
+        datasets.load(path)
+    error = caught.value
+    assert isinstance(error, ValueError) and error.count == 5000000
+    assert str(error).endswith(
+        "without an explicit argument (max(1048576, 16 per edge)); pass max_nodes=5000000 "
+        "if the graph really has that many nodes, or renumber them"
+    )
+    assert error.message("--max-nodes").startswith(f"{path}:2: the size line declares a 5000000 x 5000000 matrix: ")
+    for clone in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
+        assert type(clone) is type(error) and str(clone) == str(error)
+        assert clone.message("--max-nodes") == error.message("--max-nodes")
+
+
 def test_mtx_dense_file_shorter_than_its_size_line(tmp_path):
     path = write(tmp_path / "a.mtx", "%%MatrixMarket matrix array real general\n100000 100000\n1\n")  # 74.5 GiB
     with pytest.raises(ValueError, match=re.escape(f"{path}:3:") + ".*1 of the 10000000000 values.*line 2"):

@@ -64,9 +64,10 @@ def mtx_graph(path):
     return square(datasets.load_mtx(path))
 
 
-def file_graph(path):
-    """A graph file (.mtx, .npz or an edge list; see :func:`datasets.load`) as a square graph."""
-    return square(datasets.load(path))
+def file_graph(path, max_nodes=None):
+    """A graph file (.mtx, .npz or an edge list; see :func:`datasets.load`) as a square graph;
+    ``max_nodes`` as the loaders take it."""
+    return square(datasets.load(path, max_nodes=max_nodes))
 
 
 def is_generated(spec):
@@ -91,7 +92,7 @@ def _check_generator_sizes(spec, kind, numbers):
         raise ValueError(f"bad graph spec {spec!r}: {error}") from None
 
 
-def graph_from_spec(spec):
+def graph_from_spec(spec, max_nodes=None):
     """Name and builder of a graph given on the command line.
 
     Parameters
@@ -100,6 +101,8 @@ def graph_from_spec(spec):
         ``rmat:SCALE`` or ``rmat:SCALE,EDGE_FACTOR`` (R-MAT, Graph500 parameters, edge factor
         16 by default), ``uniform:N,DEG`` (N rows of DEG random sources), or the path of a
         graph file (.mtx, .npz or an edge list).
+    max_nodes : int, optional
+        The loaders' ``max_nodes`` for a graph file (unused for a generated graph).
 
     Returns
     -------
@@ -144,4 +147,4 @@ def graph_from_spec(spec):
     for suffix in FILE_SUFFIXES:
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
-    return stem, lambda: file_graph(spec)
+    return stem, lambda: file_graph(spec, max_nodes)

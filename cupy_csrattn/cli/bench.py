@@ -17,10 +17,12 @@ from cupy_csrattn.cli.common import (
     CommandError,
     Progress,
     UsageError,
+    bounded_int,
     kernel_size,
     positive_int,
     progress_wanted,
 )
+from cupy_csrattn.datasets.base import MAX_COUNT, NodeLimitError
 
 DEFAULT_GRAPHS = {"gpu": ["rmat:20", "uniform:1048576,16"], "cpu": ["rmat:14", "uniform:16384,16"]}
 
@@ -79,6 +81,13 @@ def add_parser(commands):
         help="feature widths per head, 1 to 2**31 - 1 (default: 16)",
     )
     bench.add_argument(
+        "--max-nodes",
+        type=max_nodes_count,
+        metavar="N",
+        help="the most nodes a graph file may declare or imply (default: max(2**20, 16 per edge); more is "
+        "refused, as a likely mistake in the file, unless allowed here)",
+    )
+    bench.add_argument(
         "--repeat", type=positive_int, metavar="N", help="timed calls per case (default: 20 on a GPU, 5 on the CPU)"
     )
     bench.add_argument(
@@ -99,13 +108,19 @@ def add_parser(commands):
     return bench
 
 
-def parse_graphs(specs, plots=False):
+def max_nodes_count(text):
+    """argparse type of --max-nodes: a node count from 0 to 2**62, as the loaders take it."""
+    return bounded_int(text, 0, MAX_COUNT, " (2**62)")
+
+
+def parse_graphs(specs, plots=False, max_nodes=None):
     """(name, build) per graph spec; a bad spec, or a missing, unreadable or malformed file, is
-    a usage error, as are two graphs of one name (or, with ``plots``, of one plot file)."""
+    a usage error, as are two graphs of one name (or, with ``plots``, of one plot file).
+    ``max_nodes`` (--max-nodes) goes to the loaders."""
     parsed = []
     for spec in specs:
         try:
-            parsed.append((spec, *bm.graph_from_spec(spec)))
+            parsed.append((spec, *bm.graph_from_spec(spec, max_nodes)))
         except FileNotFoundError as error:
             raise UsageError(f"{PROG} bench: error: --graph {spec}: {error.strerror}") from None
         except ValueError as error:
@@ -138,6 +153,8 @@ def read_graph_file(spec, build):
     """
     try:
         held = [build()]
+    except NodeLimitError as error:  # it names the loaders' max_nodes=, which is --max-nodes here
+        raise UsageError(f"{PROG} bench: error: --graph: {error.message('--max-nodes')}") from None
     except (ValueError, OSError) as error:  # the loaders' errors name the file (and line)
         raise UsageError(f"{PROG} bench: error: --graph: {backend.first_line(error)}") from None
     return held.pop
@@ -190,7 +207,7 @@ def cmd_bench(args):
         raise CommandError(f"--device gpu: {reason}")
     on_gpu = usable and args.device != "cpu"
     specs = args.graph or DEFAULT_GRAPHS["gpu" if on_gpu else "cpu"]
-    graphs = parse_graphs(specs, plots=args.out is not None and not args.no_plot)
+    graphs = parse_graphs(specs, plots=args.out is not None and not args.no_plot, max_nodes=args.max_nodes)
     ops = args.ops or list(bm.BENCH_OPS)
     cases = bm.make_cases(ops, args.dtype, args.heads, args.features)
     repeat = args.repeat or (20 if on_gpu else 5)

@@ -16,7 +16,9 @@ class CommandError(Exception):
     """A failure while running a command: exit status 1."""
 
 
-def _int_at_least(text, minimum, maximum=None, why=""):
+def bounded_int(text, minimum, maximum=None, why=""):
+    """``text`` as an int from ``minimum`` to ``maximum`` (``why``, after the maximum, says
+    where it comes from); argparse.ArgumentTypeError otherwise."""
     try:
         value = int(text)
     except ValueError:
@@ -30,7 +32,7 @@ def _int_at_least(text, minimum, maximum=None, why=""):
 
 def positive_int(text):
     """argparse type: an integer of at least 1."""
-    return _int_at_least(text, 1)
+    return bounded_int(text, 1)
 
 
 #: The most heads or features per head a command takes: the kernels take H and F as C ints.
@@ -43,12 +45,12 @@ def kernel_size(text):
     Refused as the command line is read: a larger one fails only once timing has begun,
     allocating arrays of E * H elements or passing H to a kernel's int parameter.
     """
-    return _int_at_least(text, 1, KERNEL_INT_MAX, " (the kernels take it as a 32-bit int)")
+    return bounded_int(text, 1, KERNEL_INT_MAX, " (the kernels take it as a 32-bit int)")
 
 
 def nonnegative_int(text):
     """argparse type: an integer of at least 0 (a seed, say)."""
-    return _int_at_least(text, 0)
+    return bounded_int(text, 0)
 
 
 def progress_wanted(args):

@@ -64,20 +64,51 @@ def node_limit(num_edges, max_nodes=None):
     return max(NODES_ALWAYS_ALLOWED, NODES_PER_EDGE * int(num_edges))
 
 
+class NodeLimitError(ValueError):
+    """A node count above a loader's limit (:func:`too_many_nodes`).
+
+    The message is ``context`` (the file, the line, what declares the count) and the refusal
+    made of ``count``, ``num_edges``, ``max_nodes`` and ``fix``, kept apart so that a caller
+    that sets the limit its own way can name that way instead of the loader's argument: the
+    csrattn command has no ``max_nodes=`` but ``--max-nodes`` (:meth:`message`).
+    """
+
+    def __init__(self, context, count, num_edges, max_nodes, fix="max_nodes"):
+        self.context, self.count, self.num_edges, self.max_nodes, self.fix = context, count, num_edges, max_nodes, fix
+        super().__init__(self.message())
+
+    def __reduce__(self):  # the arguments of __init__, not the message (pickle, copy)
+        return type(self), (self.context, self.count, self.num_edges, self.max_nodes, self.fix)
+
+    def message(self, option=None):
+        """The message; with ``option`` (a command-line option, "--max-nodes") it names the
+        option as the way to set the limit, in place of the loader's arguments."""
+        count, limit = self.count, node_limit(self.num_edges, self.max_nodes)
+        if self.max_nodes is not None:
+            given = f"max_nodes = {self.max_nodes}" if option is None else f"{option} {self.max_nodes}"
+            return f"{self.context}{count} nodes, more than {given}"
+        edges = f"{self.num_edges} edge{'' if self.num_edges == 1 else 's'}"
+        without, fix = (
+            ("an explicit argument", f"{self.fix}={count}") if option is None else (option, f"{option} {count}")
+        )
+        return (
+            f"{self.context}{count} nodes, more than the {limit} allowed for {edges} without {without} "
+            f"(max({NODES_ALWAYS_ALLOWED}, {NODES_PER_EDGE} per edge)); pass {fix} if the graph really has "
+            "that many nodes, or renumber them"
+        )
+
+    def after(self, prefix):
+        """The same refusal with ``prefix`` before its context."""
+        return NodeLimitError(prefix + self.context, self.count, self.num_edges, self.max_nodes, self.fix)
+
+
 def too_many_nodes(count, num_edges, max_nodes, fix="max_nodes"):
-    """Why ``count`` nodes are refused (the end of a loader's message: "{count} nodes, more than
-    ..."), or None when they are not; ``fix`` names the argument that allows them."""
-    limit = node_limit(num_edges, max_nodes)
-    if count <= limit:
+    """A :class:`NodeLimitError` saying why ``count`` nodes are refused (to be raised with
+    the place before it, :meth:`NodeLimitError.after`), or None when they are not; ``fix``
+    names the argument that allows them."""
+    if count <= node_limit(num_edges, max_nodes):
         return None
-    if max_nodes is not None:
-        return f"{count} nodes, more than max_nodes = {max_nodes}"
-    edges = f"{num_edges} edge{'' if num_edges == 1 else 's'}"
-    return (
-        f"{count} nodes, more than the {limit} allowed for {edges} without an explicit argument "
-        f"(max({NODES_ALWAYS_ALLOWED}, {NODES_PER_EDGE} per edge)); pass {fix}={count} if the graph "
-        "really has that many nodes, or renumber them"
-    )
+    return NodeLimitError("", count, num_edges, max_nodes, fix)
 
 
 def csr_from_edges(src, dst, num_dst, num_src):

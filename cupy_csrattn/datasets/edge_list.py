@@ -131,7 +131,6 @@ def _inferred_num_nodes(table, left, right, one_based, max_nodes):
     problem = too_many_nodes(num_nodes, len(ids), max_nodes, fix="num_nodes")
     if problem:
         row = int(np.argmax(ids))
-        raise table.error(
-            row, f"column {column + 1}: node id {int(ids[row]) + (1 if one_based else 0)} makes {problem}"
-        )
+        where = table.text.where(table.line_of(row))
+        raise problem.after(f"{where}column {column + 1}: node id {int(ids[row]) + (1 if one_based else 0)} makes ")
     return num_nodes

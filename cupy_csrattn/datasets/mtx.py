@@ -93,7 +93,7 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     size_line, start, (num_rows, num_cols, num_entries) = _sizes(text, ("rows", "columns", "entries"))
     problem = too_many_nodes(max(num_rows, num_cols), num_entries, max_nodes)
     if problem:
-        raise text.error(size_line, f"the size line declares a {num_rows} x {num_cols} matrix: {problem}")
+        raise problem.after(f"{text.where(size_line)}the size line declares a {num_rows} x {num_cols} matrix: ")
     kind = _FIELDS[field]
     what = (
         f"'row column{'' if kind is None else ' value'}{' imaginary' if kind == 'complex' else ''}' "
@@ -211,7 +211,7 @@ def _load_dense(text, field, symmetry, transpose, add_loops, dtype, return_value
     expected = num_rows * num_cols if symmetry == "general" else num_rows * (num_rows + (-1 if skew else 1)) // 2
     problem = too_many_nodes(max(num_rows, num_cols), expected, max_nodes)
     if problem:  # only an empty matrix (0 x N) declares more nodes than values
-        raise text.error(size_line, f"the size line declares a {num_rows} x {num_cols} matrix: {problem}")
+        raise problem.after(f"{text.where(size_line)}the size line declares a {num_rows} x {num_cols} matrix: ")
     declared = f"values of the {num_rows} x {num_cols} {symmetry} matrix declared on line {size_line + 1}"
     what = f"'value{' imaginary' if kind == 'complex' else ''}' for a {field} matrix"
     table = text.table(start, size_line + 1, _VALUE_KINDS[kind], what)

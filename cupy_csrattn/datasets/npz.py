@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import scipy.sparse
 
-from cupy_csrattn.datasets.base import csr_from_edges, too_many_nodes
+from cupy_csrattn.datasets.base import NodeLimitError, csr_from_edges, too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, check_options, finish
 from cupy_csrattn.datasets.text import MAX_NODE_ID
 from cupy_csrattn.graph import CSRGraph
@@ -96,6 +96,8 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         except (ValueError, TypeError) as error:
             if str(error).startswith(path):
                 raise
+            if isinstance(error, NodeLimitError):  # still a NodeLimitError: a caller may name its own limit
+                raise error.after(f"{path}: ") from None
             raise ValueError(f"{path}: {error}") from None
     graph, values = finish(graph, values, add_self_loops, dtype, path)
     return as_result(graph, values, return_values)
@@ -108,7 +110,7 @@ def _graph_of_csr_arrays(archive, keys, transpose, max_nodes):
     problem = too_many_nodes(graph.num_src, graph.num_edges, max_nodes)
     if problem:  # the rows are an array in the file; the columns only a number
         what = "'num_src' declares" if num_src is not None else "the largest index in 'indices' + 1 gives"
-        raise ValueError(f"{what} {problem}")
+        raise problem.after(f"{what} ")
     values = _values(archive, keys, graph.num_edges, "indices")
     if transpose:
         graph, values = _transposed(graph, values)
@@ -139,7 +141,7 @@ def _graph_of_edge_index(archive, keys, transpose, max_nodes):
         what = f"node id {largest} in array 'edge_index' makes"
     problem = too_many_nodes(num_nodes, num_edges, max_nodes)
     if problem:
-        raise ValueError(f"{what} {problem}")
+        raise problem.after(f"{what} ")
     values = _values(archive, keys, num_edges, "edge_index")
     graph, perm = csr_from_edges(src, dst, num_nodes, num_nodes)
     return graph, (values[perm] if values is not None else None)
@@ -200,7 +202,7 @@ def _graph_of_scipy_npz(path, transpose, max_nodes):
     for axis in declared:
         problem = too_many_nodes(matrix.shape[axis], matrix.nnz, max_nodes)
         if problem:
-            raise ValueError(f"the {matrix.format} matrix's shape {matrix.shape} declares {problem}")
+            raise problem.after(f"the {matrix.format} matrix's shape {matrix.shape} declares ")
     if transpose:
         matrix = matrix.T
     if matrix.format == "csr":

@@ -110,7 +110,11 @@ class TextFile:
 
     def error(self, line, message):
         """ValueError naming the file and the line (0-based ``line``, shown 1-based)."""
-        return ValueError(f"{self.path}:{int(line) + 1}: {message}")
+        return ValueError(f"{self.where(line)}{message}")
+
+    def where(self, line):
+        """ "path:line: ", the start of an error message about 0-based ``line``."""
+        return f"{self.path}:{int(line) + 1}: "
 
     def num_lines(self):
         """Number of lines; a final newline does not start another."""
