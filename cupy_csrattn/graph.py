@@ -4,7 +4,7 @@ import numpy as np
 import scipy.sparse
 
 from cupy_csrattn import backend
-from cupy_csrattn.index_arrays import count_of_ids, index_array, index_input, node_count, uint64_fits
+from cupy_csrattn.index_arrays import check_row_count, count_of_ids, index_array, index_input, node_count, uint64_fits
 
 _CHECK_MODES = ("full", "fast", "none")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -135,7 +135,9 @@ class CSRGraph:
             Source and destination node of each edge.
         num_dst, num_src : int, optional
             Node counts; default to the largest id + 1. Ids are checked against them (one
-            device sync on the GPU).
+            device sync on the GPU). The graph's indptr has num_dst + 1 entries, so a
+            num_dst left out may be at most max(2**20, 16 * E), as the loaders allow: one
+            stray large id is a ValueError, not an allocation; a larger count must be given.
 
         Returns
         -------
@@ -303,7 +305,8 @@ def edges_to_graph(cls, src, dst, num_dst, num_src, names=("src", "dst"), count_
         for name, low in ((dst_name, low_dst), (src_name, low_src)):
             if low < 0:
                 raise ValueError(f"{name} must be >= 0, got {low}")
-    num_dst = count_of_ids(dst_name, high_dst) if num_dst is None else num_dst
+    dst_inferred = num_dst is None
+    num_dst = count_of_ids(dst_name, high_dst) if dst_inferred else num_dst
     num_src = count_of_ids(src_name, high_src) if num_src is None else num_src
     for name, high, count_name, count in (
         (dst_name, high_dst, count_names[0], num_dst),
@@ -311,6 +314,7 @@ def edges_to_graph(cls, src, dst, num_dst, num_src, names=("src", "dst"), count_
     ):
         if high >= count:
             raise ValueError(f"{name} must be < {count_name} = {count}, got {high}")
+    check_row_count(dst_name, high_dst, count_names[0], num_dst, num_edges, inferred=dst_inferred)
     if xp is np and num_edges < (1 << 32) and num_dst <= _INT32_MAX:
         # One sort of distinct 64-bit keys (destination << 32 | input position): the order of a
         # stable argsort by destination, several times faster on large graphs.

@@ -55,9 +55,46 @@ def node_count(name, value):
     return value
 
 
+# Node counts that are implied (the largest id + 1) or declared by a file, rather than given
+# as an argument, are allowed this many always, and more only up to NODES_PER_EDGE per edge:
+# what is allocated per node (an indptr) then stays within a small multiple of what the
+# edges cost already, where one stray id would otherwise ask for terabytes.
+NODES_ALWAYS_ALLOWED = 1 << 20
+NODES_PER_EDGE = 16
+
+
+def node_limit(num_edges, max_nodes=None):
+    """The largest node count taken without question: ``max_nodes`` when given, else
+    ``max(NODES_ALWAYS_ALLOWED, NODES_PER_EDGE * num_edges)``."""
+    if max_nodes is not None:
+        return max_nodes
+    return max(NODES_ALWAYS_ALLOWED, NODES_PER_EDGE * int(num_edges))
+
+
 def count_of_ids(name, high):
     """high + 1: the node count that ids up to ``high`` (in ``name``; -1 for none) imply; a
     ValueError naming ``name`` where that is no node count (see node_count)."""
     if high + 1 >= np.iinfo(np.int64).max:
         raise ValueError(f"{name} holds node id {high}; node ids must be less than 2**63 - 2 (int64 node ids)")
     return high + 1
+
+
+def check_row_count(dst_name, high_dst, count_name, num_dst, num_edges, inferred):
+    """A ValueError naming the ids or the count, before the graph's indptr (and bincount's
+    counts), num_dst + 1 entries, is allocated: a count implied by an id far beyond what the
+    edges need (as the loaders refuse one; one stray id would ask for terabytes), or one of
+    more entries than an array can hold (NumPy's error for it names no argument)."""
+    limit = node_limit(num_edges)
+    if inferred and num_dst > limit:
+        edges = f"{num_edges} edge{'' if num_edges == 1 else 's'}"
+        raise ValueError(
+            f"{dst_name} holds node id {high_dst}, which makes {num_dst} destination nodes (rows of the graph's "
+            f"indptr): more than the {limit} allowed for {edges} without {count_name} (max({NODES_ALWAYS_ALLOWED}, "
+            f"{NODES_PER_EDGE} per edge)); pass {count_name}={num_dst} if the graph really has that many, or "
+            "renumber them"
+        )
+    if (num_dst + 1) * np.dtype(np.int64).itemsize > np.iinfo(np.intp).max:
+        raise ValueError(
+            f"{count_name} = {num_dst} is more destination nodes than an indptr can hold: {num_dst} + 1 "
+            "64-bit entries are larger than the largest possible array"
+        )

@@ -161,6 +161,41 @@ def test_node_counts_beyond_int64(xp, count):
         CSRGraph.from_edge_index(to_xp(xp, np.array([0])), to_xp(xp, np.array([0])), num_dst=count, num_src=1)
 
 
+@pytest.mark.parametrize("high", [10**7, 2**40])
+def test_from_edge_index_dst_id_far_beyond_the_edges_without_num_dst(xp, high):
+    """One large dst id without num_dst made an indptr (and bincount's counts) of max(dst) + 2
+    entries: 2**40 raised NumPy's MemoryError for 8 TiB, 10**7 allocated 160 MB for two edges.
+    The implied count is held to the loaders' limit, naming dst and num_dst, before anything of
+    that size is allocated; src ids make no array and stay free (as CSRGraph's indices)."""
+    import tracemalloc
+
+    src, dst = to_xp(xp, np.array([0, 2**40])), to_xp(xp, np.array([0, high]))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"^dst holds node id ") as caught:
+            CSRGraph.from_edge_index(src, dst)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    assert str(caught.value) == (
+        f"dst holds node id {high}, which makes {high + 1} destination nodes (rows of the graph's indptr): more "
+        f"than the 1048576 allowed for 2 edges without num_dst (max(1048576, 16 per edge)); pass num_dst={high + 1} "
+        "if the graph really has that many, or renumber them"
+    )
+    small = to_xp(xp, np.array([0, 2**20 - 1]))
+    assert CSRGraph.from_edge_index(src, small)[0].shape == (2**20, 2**40 + 1)  # within the limit
+    assert CSRGraph.from_edge_index(small, small, num_dst=2**21)[0].num_dst == 2**21  # given: taken as asked
+
+
+@pytest.mark.parametrize("count", [2**60, 2**62, 2**63 - 3])
+def test_from_edge_index_num_dst_past_the_largest_array(xp, count):
+    """A num_dst within int64 whose indptr of num_dst + 1 int64 entries no array can hold: NumPy
+    raised "array is too big" naming nothing; the count is named now, as CSRGraph names num_src."""
+    with pytest.raises(ValueError, match=f"^num_dst = {count} is more destination nodes than an indptr can hold"):
+        CSRGraph.from_edge_index(to_xp(xp, np.array([0])), to_xp(xp, np.array([0])), num_dst=count, num_src=1)
+
+
 def test_from_edge_index_uint64_beyond_int64(xp):
     """Named as too large, not wrapped round into a negative id."""
     big = to_xp(xp, np.array([2**64 - 1], np.uint64))

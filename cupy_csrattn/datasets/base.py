@@ -7,14 +7,9 @@ import numpy as np
 
 from cupy_csrattn._validate import finite_float
 from cupy_csrattn.graph import CSRGraph
+from cupy_csrattn.index_arrays import NODES_ALWAYS_ALLOWED, NODES_PER_EDGE, node_limit
 
 INT32_MAX = np.iinfo(np.int32).max
-
-# Node counts a file may declare or imply without an explicit argument: this many always,
-# and more only up to NODES_PER_EDGE per edge, so that what a loader allocates for
-# its nodes stays within a small multiple of what the file's edges cost already.
-NODES_ALWAYS_ALLOWED = 1 << 20
-NODES_PER_EDGE = 16
 
 
 def index_dtype(num_nodes, num_edges=0):
@@ -54,14 +49,6 @@ def check_real(name, value, low=None, high=None):
     if high is not None and value > high:
         raise ValueError(f"{name} must be <= {high}, got {value}")
     return value
-
-
-def node_limit(num_edges, max_nodes=None):
-    """The largest node count a loader accepts without question: ``max_nodes`` when given,
-    else ``max(NODES_ALWAYS_ALLOWED, NODES_PER_EDGE * num_edges)``."""
-    if max_nodes is not None:
-        return max_nodes
-    return max(NODES_ALWAYS_ALLOWED, NODES_PER_EDGE * int(num_edges))
 
 
 class NodeLimitError(ValueError):
