@@ -145,6 +145,114 @@ def test_all_neg_inf_row_backward_is_zero_not_nan(xp, pass_lse):
     check_result(xp, grad_values, expected[1], np.float64)
 
 
+# Backwards over rows without weight: on the graph of _graph_and_neg_inf_scores, row 1 (head 0)
+# and row 2 (every head) have no weight; row 4 weighs every source of theirs. Each case names
+# the kind of each gradient: per edge, per destination node (a row's own), or other.
+_GRADIENT_KINDS = {
+    "edge_softmax_backward": ("edge",),
+    "attention_aggregate_backward": ("edge", "other"),
+    "attention_aggregate_backward_lse": ("edge", "other"),
+    "gat_attention_backward": ("dst", "other", "other"),
+    "gat_attention_backward_edge_score": ("dst", "other", "other", "edge"),
+    "graph_attention_backward": ("dst", "other", "other"),
+    "graph_attention_backward_edge_feat": ("dst", "other", "other", "edge"),
+    "gatv2_attention_backward": ("dst", "other", "other"),
+}
+# Where the infinite or NaN inputs go: the values of the weightless rows' sources, or those
+# rows' grad_out (edge_softmax_backward: grad_probs). gatv2's values are x_src, which enter
+# its scores too, and edge_softmax_backward has none.
+WEIGHTLESS_CASES = [
+    (case, where)
+    for case in _GRADIENT_KINDS
+    for where in ("values", "grad_out")
+    if where == "grad_out" or not case.startswith(("edge_softmax", "gatv2"))
+]
+
+
+def _weightless_backward(case, where, fill):
+    """(graph, op, positional arrays, keyword arrays, reference gradients) of one case: the
+    fused ops' a_dst, q or x_dst is -inf where the rows have no weight (with a_src, k and att
+    finite and k, att positive in that element), and ``fill`` in their values or grad_out."""
+    graph, scores = _graph_and_neg_inf_scores()
+    indptr, indices = graph.indptr, graph.indices
+    rng = np.random.default_rng(12)
+    E, N, S, H, F = len(indices), num_dst_of(graph), graph.num_src, 3, 4
+    values, grad_out = rng.standard_normal((S, H, F)), rng.standard_normal((N, H, F))
+    if where == "values":
+        values[3] = fill  # row 2's only source
+        values[2, 0] = fill  # a source of row 1
+    else:
+        grad_out[2] = fill
+        grad_out[1, 0] = fill
+    op, edge = case.removesuffix("_lse").removesuffix("_edge_score").removesuffix("_edge_feat"), {}
+    if op == "edge_softmax_backward":
+        probs = ref.edge_softmax(indptr, scores)[0]
+        grad_probs = rng.standard_normal((E, H))
+        grad_probs[probs == 0] = fill  # the zero weights of rows 1 and 2, and one of row 4
+        return graph, op, (probs, grad_probs), {}, ref.edge_softmax_backward(indptr, probs, grad_probs)
+    if op == "attention_aggregate_backward":
+        want = ref.attention_aggregate_backward(indptr, indices, scores, values, grad_out)
+        if case.endswith("_lse"):
+            edge["lse"] = ref.attention_aggregate(indptr, indices, scores, values)[1]
+        return graph, op, (scores, values, grad_out), edge, want
+    if op == "gat_attention_backward":
+        inputs = [rng.standard_normal((N, H)), rng.standard_normal((S, H)), values]
+        inputs[0][1, 0] = inputs[0][2] = -INF  # leaky_relu(-inf + a_src) = -inf
+        if case.endswith("_edge_score"):
+            edge["edge_score"] = rng.standard_normal((E, H))
+    elif op == "graph_attention_backward":
+        inputs = [rng.standard_normal((N, H, F)), rng.standard_normal((S, H, F)), values]
+        inputs[1][..., 0] = 1 + np.abs(inputs[1][..., 0])
+        inputs[0][1, 0, 0] = inputs[0][2, :, 0] = -INF  # -inf times a positive key element
+        if case.endswith("_edge_feat"):
+            edge["edge_feat"] = rng.standard_normal((E, H, F))
+            edge["edge_feat"][..., 0] = np.abs(edge["edge_feat"][..., 0])  # the key stays positive there
+    else:
+        att = rng.standard_normal((H, F))
+        att[:, 0] = 0.5 + np.abs(att[:, 0])
+        inputs = [rng.standard_normal((N, H, F)), values, att]
+        inputs[0][1, 0, 0] = inputs[0][2, :, 0] = -INF  # a positive att times leaky_relu(-inf)
+    forward, backward = getattr(ref, op.removesuffix("_backward")), getattr(ref, op)
+    out, lse = forward(indptr, indices, *inputs, **edge)
+    assert (np.isneginf(lse) == np.isneginf(ref.attention_aggregate(indptr, indices, scores, values)[1])).all()
+    want = backward(indptr, indices, *inputs, grad_out, **edge)
+    return graph, op, (*inputs, out, grad_out, lse), edge, want
+
+
+@pytest.mark.parametrize("fill", [INF, -INF, math.nan], ids=["inf", "-inf", "nan"])
+@pytest.mark.parametrize("case,where", WEIGHTLESS_CASES)
+def test_weightless_row_backward_is_zero_whatever_the_inputs(xp, case, where, fill):
+    """A row without weight (scores all -inf: zero weights, lse -inf) adds nothing to any
+    gradient, as a row without edges, even where its sources' values or its grad_out are
+    infinite or NaN (its zero weights times them would be NaN): its edges' and its own
+    gradients are zero, and an infinite grad_out there reaches no gradient. Rows with weight
+    on an infinite value are the reference's (NaN or inf). edge_softmax_backward takes the
+    probabilities: a zero one adds nothing, its grad_probs entering no sum."""
+    with np.errstate(invalid="ignore"):  # the reference's products of inf and 0
+        graph, op, args, kwargs, wants = _weightless_backward(case, where, fill)
+    with np.errstate(all="raise"):  # IEEE arithmetic on the CPU, as everywhere
+        gots = getattr(ca, op)(make_graph(xp, graph), *to_xp(xp, args), **to_xp(xp, kwargs))
+    gots = gots if isinstance(gots, tuple) else (gots,)
+    wants = wants if isinstance(wants, tuple) else (wants,)
+    weightless = np.isneginf(ref.edge_softmax(graph.indptr, _graph_and_neg_inf_scores()[1])[1])
+    if op == "edge_softmax_backward":
+        dead_edges = args[0] == 0
+    else:
+        dead_edges = np.repeat(weightless, np.diff(graph.indptr), axis=0)
+    assert dead_edges.any() and not dead_edges.all()
+    assert len(gots) == len(wants) == len(_GRADIENT_KINDS[case])
+    for kind, got, want in zip(_GRADIENT_KINDS[case], gots, wants):
+        zero = {"edge": dead_edges, "dst": weightless}.get(kind)
+        if zero is not None:
+            assert (want[zero] == 0).all()
+            np.testing.assert_array_equal(to_np(got)[zero], 0)
+        if where == "grad_out":
+            assert np.isfinite(want).all()
+        check_result(xp, got, want, np.float64, equal_nan=True)
+    if where == "values":  # row 4 weighs the infinite (or NaN) values: not all its gradients are finite
+        assert not all(np.isfinite(want).all() for want in wants)
+
+
 # ------------------------------------------------------------------ NaN and +inf
 
 NAN_ROW, NAN_HEAD = 4, 1  # zero_degree_rows: row 4 has 5 edges

@@ -10,6 +10,12 @@ weighted sums over a row add sum_e w[e] * edge_feat[e] (segment_sums.segment_sum
 to the gather-sum of the node rows. gat_attention's edge_score (E, H) is added to the logits;
 its gradient is the logits' gradient itself.
 
+A row without weight (its scores all -inf, lse -inf) adds nothing to any gradient, as a row
+without edges (segment_softmax.without_weight): its weights are 0, but its values and
+grad_out, and the q, key or a_dst whose -inf made its scores, may be infinite, and 0 * inf
+would be NaN. Its edges' score gradients are set to 0, and its node rows enter the sums over
+the sources as zeros.
+
 The CPU backward of the fused ops takes D as the GPU kernels do, D[d] = <grad_out[d], out[d]>
 (one dot product per row, in float64), so that both backends compute the same function of
 their arguments: with a float16 ``out`` the two definitions of D differ by out's rounding,
@@ -32,13 +38,17 @@ def _aggregate(graph, scores, values, out, lse):
     segment_softmax.zero_weightless(out, weightless)
 
 
-def score_grads(graph, probs, grad_out, values, out, edge_feat=None):
+def score_grads(graph, probs, grad_out, values, out, weightless_edges, edge_feat=None):
     """float64 p * (dp - D) with dp = <grad_out[dst], values[src] + edge_feat[e]> (edge_feat
     zero when None) in the compute dtype and D = <grad_out[d], out[d]> in float64 (as the GPU
-    kernels take it)."""
+    kernels take it); 0 on the (E, H) mask ``weightless_edges`` (or None) of the rows without
+    weight (segment_softmax.without_weight), whose values or grad_out may be infinite."""
     row_dot = edge_dots.feature_dot(np.asarray(out, dtype=np.float64), np.asarray(grad_out, dtype=np.float64))
     grad_probs = edge_dots.edge_dot(graph, grad_out, values, edge_feat=edge_feat)
-    return segment_softmax.softmax_grad(graph, probs, grad_probs, row_dot=row_dot)
+    grads = segment_softmax.softmax_grad(graph, probs, grad_probs, row_dot=row_dot)
+    if weightless_edges is not None:
+        grads[weightless_edges] = 0
+    return grads
 
 
 def _messages_sum(graph, weights, values, edge_feat, out):
@@ -58,12 +68,15 @@ def attention_aggregate(graph, scores, values, out, lse):
 
 def attention_aggregate_backward(graph, scores, values, grad_out, lse, grad_scores, grad_values):
     if lse is None:
-        probs = segment_softmax.softmax(graph, scores)
+        probs, weightless = segment_softmax.softmax_weights(graph, scores)
     else:
-        probs = segment_softmax.probs_from_lse(graph, scores, lse)
+        probs, weightless = segment_softmax.probs_from_lse(graph, scores, lse), np.isneginf(lse)
+    rows, edges = segment_softmax.without_weight(graph, weightless)
     grad_probs = edge_dots.edge_dot(graph, grad_out, values)
     segment_softmax.softmax_grad(graph, probs, grad_probs, out=grad_scores)
-    segment_sums.gather_sum(graph, probs, grad_out, grad_values, transpose=True)
+    if edges is not None:
+        grad_scores[edges] = 0
+    segment_sums.gather_sum(graph, probs, segment_softmax.without_rows(grad_out, rows), grad_values, transpose=True)
 
 
 def _dot_scores(graph, q, k, scale, edge_feat):
@@ -82,10 +95,17 @@ def graph_attention_backward(
     graph, q, k, v, out, grad_out, lse, scale, grad_q, grad_k, grad_v, edge_feat=None, grad_edge_feat=None
 ):
     probs = segment_softmax.probs_from_lse(graph, _dot_scores(graph, q, k, scale, edge_feat), lse)
+    rows, edges = segment_softmax.without_weight(graph, np.isneginf(lse))
     # Scaled in float64 and rounded to the compute dtype in one pass.
     grad_scores = np.empty_like(probs)
-    np.multiply(score_grads(graph, probs, grad_out, v, out, edge_feat), scale, out=grad_scores, casting="same_kind")
+    grads = score_grads(graph, probs, grad_out, v, out, edges, edge_feat)
+    np.multiply(grads, scale, out=grad_scores, casting="same_kind")
     _messages_sum(graph, grad_scores, k, edge_feat, grad_q)
+    # Rows without weight add nothing: their q (or a key) is infinite, which made their scores
+    # -inf, and their grad_out may be.
+    if rows is not None:
+        grad_q[rows] = 0
+    q, grad_out = segment_softmax.without_rows(q, rows), segment_softmax.without_rows(grad_out, rows)
     segment_sums.gather_sum(graph, grad_scores, q, grad_k, transpose=True)
     segment_sums.gather_sum(graph, probs, grad_out, grad_v, transpose=True)
     if grad_edge_feat is not None:
@@ -163,11 +183,12 @@ def gat_attention_backward(
 ):
     logits = _gat_logits(graph, a_dst, a_src, edge_score)
     probs = segment_softmax.probs_from_lse(graph, leaky_relu(logits, negative_slope), lse)
-    grad_logits = score_grads(graph, probs, grad_out, values, out)
+    rows, edges = segment_softmax.without_weight(graph, np.isneginf(lse))
+    grad_logits = score_grads(graph, probs, grad_out, values, out, edges)
     grad_logits *= leaky_relu_grad_factor(logits, negative_slope)
     # Sums of grad_logits cancel too (a row's sum is 0 without the slope): kept in float64.
     segment_sums.write(grad_a_dst, segment_sums.segment_sum(graph, grad_logits))
     segment_sums.write(grad_a_src, segment_sums.source_sum(graph, grad_logits))
-    segment_sums.gather_sum(graph, probs, grad_out, grad_values, transpose=True)
+    segment_sums.gather_sum(graph, probs, segment_softmax.without_rows(grad_out, rows), grad_values, transpose=True)
     if grad_edge_score is not None:
         segment_sums.write(grad_edge_score, grad_logits)

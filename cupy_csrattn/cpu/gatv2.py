@@ -48,11 +48,13 @@ def gatv2_attention(graph, x_dst, x_src, att, negative_slope, out, lse):
     segment_softmax.zero_weightless(out, weightless)
 
 
-def _score_grad_sums(graph, row_feat, col_feat, att, negative_slope, grad_scores, grad_att=None):
+def _score_grad_sums(graph, row_feat, col_feat, att, negative_slope, grad_scores, skip, grad_att=None):
     """(rows, H, D) float64: for each row of ``graph``, the sum over its edges e of
     grad_scores[e, h] * att[h, k] * leaky_relu'(z[k]), z = row_feat[row] + col_feat[col] (in
     the compute dtype). Adds grad_scores[e, h] * leaky_relu(z[k]) over every edge into
-    ``grad_att`` (H, D) float64, when given."""
+    ``grad_att`` (H, D) float64, when given. The edges and heads of the (E, H) mask ``skip``
+    (or None), those of the rows without weight, add nothing: leaky_relu(z) (or att) is
+    infinite there, which made their scores -inf."""
     dtype = _compute_dtype(row_feat, col_feat, att)
     heads, head_dim = att.shape
     att64 = np.asarray(att, dtype=np.float64)
@@ -66,10 +68,16 @@ def _score_grad_sums(graph, row_feat, col_feat, att, negative_slope, grad_scores
         terms = leaky_relu_grad_factor(z, negative_slope)
         terms *= g[:, :, None]
         terms *= att64
+        dead = None if skip is None else skip[block.edges]
+        if dead is not None:
+            terms[dead] = 0
         sums = blocks.row_sums(block, terms.reshape(num_edges, heads * head_dim))
         result[block.rows] = sums.reshape(len(block.degrees), heads, head_dim)
         if grad_att is not None:
-            grad_att += np.einsum("eh,ehk->hk", g, leaky_relu(z, negative_slope))
+            activations = leaky_relu(z, negative_slope)
+            if dead is not None:
+                activations[dead] = 0
+            grad_att += np.einsum("eh,ehk->hk", g, activations)
     return result
 
 
@@ -80,15 +88,24 @@ def gatv2_attention_backward(
     if heads * head_dim == 0:  # every gradient is empty
         return
     probs = segment_softmax.probs_from_lse(graph, _scores(graph, x_dst, x_src, att, negative_slope), lse)
-    grad_scores = score_grads(graph, probs, grad_out, x_src, out)
+    rows, edges = segment_softmax.without_weight(graph, np.isneginf(lse))
+    grad_scores = score_grads(graph, probs, grad_out, x_src, out, edges)
     att_sum = np.zeros((heads, head_dim))
     segment_sums.write(
-        grad_x_dst, _score_grad_sums(graph, x_dst, x_src, att, negative_slope, grad_scores, grad_att=att_sum)
+        grad_x_dst, _score_grad_sums(graph, x_dst, x_src, att, negative_slope, grad_scores, edges, grad_att=att_sum)
     )
     segment_sums.write(grad_att, att_sum)
     graph_t, perm = graph.transpose()
-    source_terms = _score_grad_sums(graph_t, x_src, x_dst, att, negative_slope, np.take(grad_scores, perm, axis=0))
+    source_terms = _score_grad_sums(
+        graph_t,
+        x_src,
+        x_dst,
+        att,
+        negative_slope,
+        np.take(grad_scores, perm, axis=0),
+        None if edges is None else np.take(edges, perm, axis=0),
+    )
     messages = np.empty(grad_x_src.shape, dtype=accumulation_dtype(grad_x_src.dtype))
-    segment_sums.gather_sum(graph, probs, grad_out, messages, transpose=True)
+    segment_sums.gather_sum(graph, probs, segment_softmax.without_rows(grad_out, rows), messages, transpose=True)
     source_terms += messages
     segment_sums.write(grad_x_src, source_terms)

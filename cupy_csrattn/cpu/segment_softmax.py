@@ -136,26 +136,59 @@ def probs_from_lse(graph, scores, lse):
     return probs
 
 
-def softmax_grad(graph, probs, grad_probs, out=None, row_dot=None):
+def softmax_grad(graph, probs, grad_probs, out=None, row_dot=None, zero_weights_add_nothing=False):
     """grad of the scores given the probabilities and the grad of the probabilities.
 
     probs * (grad_probs - D), one row block at a time, with D the row sums of
     probs * grad_probs, or ``row_dot`` ((N, H) float64) when given: the fused attentions
     take D = <grad_out[d], out[d]>, as their GPU kernels do. Computed in float64 whatever the
     inputs: the subtraction cancels (to exactly 0 when a row's grad_probs are all equal), and
-    float32 rounding of its terms would then dominate the small result. Returns the float64
-    result, or ``out`` written with it.
+    float32 rounding of its terms would then dominate the small result. With
+    ``zero_weights_add_nothing`` (edge_softmax_backward), a probability of exactly 0 adds nothing:
+    its gradient is 0 and its grad_probs enters no sum, whatever it holds (0 * inf would be
+    NaN), so a row of zero weights has zero gradient. Returns the float64 result, or ``out``
+    written with it.
     """
     result = np.empty(np.shape(probs)) if out is None else out
     blocks = row_blocks(graph, probs.shape[1])
     for block in blocks:
         p = probs[block.edges].astype(np.float64)
         g = grad_probs[block.edges].astype(np.float64)
+        zero = (p == 0) if zero_weights_add_nothing else None
+        if zero is not None:
+            g[zero] = 0
         block_dot = blocks.row_sums(block, p * g) if row_dot is None else row_dot[block.rows]
         g -= np.repeat(block_dot, block.degrees, axis=0)
         g *= p
+        if zero is not None:
+            g[zero] = 0  # also where D is NaN or inf
         result[block.edges] = g
     return result
+
+
+def without_weight(graph, weightless):
+    """(rows, edges): the (N, H) bool mask ``weightless`` of rows and heads without weight
+    (their scores all -inf, lse -inf; None for none) and the (E, H) mask of their edges, or
+    (None, None) where those rows hold no edge.
+
+    Such a row adds nothing to any gradient, as a row without edges: its weights are 0, but
+    its values and grad_out, and the inputs whose -inf made its scores, may be infinite, and
+    0 * inf would be NaN.
+    """
+    if weightless is None or not weightless.any():
+        return None, None
+    edges = expand_rows(graph, weightless)
+    return (weightless, edges) if edges.any() else (None, None)
+
+
+def without_rows(x, rows):
+    """x (N, H, ...) with the rows and heads of the (N, H) mask ``rows`` zero: a copy, or x
+    itself where ``rows`` is None."""
+    if rows is None:
+        return x
+    x = np.array(x)
+    x[rows] = 0
+    return x
 
 
 # -- row bins (for the row maximum) -----------------------------------------------------------

@@ -11,9 +11,10 @@ prod(S) heads. Row d holds the edges indptr[d]:indptr[d+1]; edge e goes from sou
 indices[e] to destination d.
 Semantics (from the contract): softmax subtracts the row max; an empty row gives
 zero output and lse -inf; a row whose scores are all -inf gives zero weights and
-lse -inf; a NaN score makes its whole row and head NaN; a +inf score makes its row
-and head NaN (as scipy.special.softmax), its lse included. Sums of terms holding both
-+inf and -inf are NaN, as IEEE addition gives (math.fsum would raise).
+lse -inf, and adds nothing to any gradient (as a row without edges), whatever its values and
+grad_out hold (0 * inf would be NaN); a NaN score makes its whole row and head NaN; a +inf
+score makes its row and head NaN (as scipy.special.softmax), its lse included. Sums of
+terms holding both +inf and -inf are NaN, as IEEE addition gives (math.fsum would raise).
 """
 
 import math
@@ -125,14 +126,17 @@ def edge_softmax(indptr, scores, indices=None, norm_by="dst"):
 
 
 def edge_softmax_backward(indptr, probs, grad_probs, indices=None, norm_by="dst"):
-    """grad_scores[e] = p[e] * (g[e] - sum_group p * g), the groups of edge_softmax."""
+    """grad_scores[e] = p[e] * (g[e] - sum_group p * g), the groups of edge_softmax. A zero p
+    adds nothing (its gradient is 0, its g enters no sum), so a group of zero weights, all its
+    scores -inf, has zero gradient whatever grad_probs holds."""
     p, heads = _edge(probs)
     g, _ = _edge(grad_probs)
     grad = np.zeros_like(p)
     for edges in _groups(indptr, indices, norm_by):
         for h in range(p.shape[1]):
-            dot = _fsum(p[e, h] * g[e, h] for e in edges)
-            for e in edges:
+            weighed = [e for e in edges if p[e, h] != 0]
+            dot = _fsum(p[e, h] * g[e, h] for e in weighed)
+            for e in weighed:
                 grad[e, h] = p[e, h] * (g[e, h] - dot)
     return _unflatten(grad, heads)
 
@@ -198,8 +202,8 @@ def sddmm(indptr, indices, dst_feat, src_feat, op="dot", scale=1.0):
     return _unflatten(out, heads)
 
 
-def sddmm_backward(indptr, indices, dst_feat, src_feat, grad_scores, op="dot", scale=1.0):
-    """-> (grad_dst_feat, grad_src_feat)."""
+def sddmm_backward(indptr, indices, dst_feat, src_feat, grad_scores, op="dot", scale=1.0, skip=None):
+    """-> (grad_dst_feat, grad_src_feat); the edges and heads of the (E, H) bool ``skip`` add nothing."""
     src = _ints(indices)
     a, b, heads = _sddmm_operands(dst_feat, src_feat, op)
     g, _ = _edge(grad_scores)
@@ -208,6 +212,8 @@ def sddmm_backward(indptr, indices, dst_feat, src_feat, grad_scores, op="dot", s
     for d, start, stop in _rows(indptr):
         for h in range(a.shape[1]):
             for e in range(start, stop):
+                if skip is not None and skip[e, h]:
+                    continue
                 if op == "dot":
                     grad_a[d, h] += scale * g[e, h] * b[src[e], h]
                     grad_b[src[e], h] += scale * g[e, h] * a[d, h]
@@ -249,13 +255,24 @@ def attention_aggregate_backward(indptr, indices, scores, values, grad_out):
     grad_v = np.zeros_like(v)
     for d, start, stop in _rows(indptr):
         for h in range(v.shape[1]):
-            p, _ = softmax_row(s[start:stop, h])
+            p, row_lse = softmax_row(s[start:stop, h])
+            if row_lse == NEG_INF:
+                continue  # no weight: adds nothing, whatever the values and grad_out
             grad_p = [float(np.dot(go[d, h], v[src[e], h])) for e in range(start, stop)]
             dot = _fsum(pj * gj for pj, gj in zip(p, grad_p))
             for j, e in enumerate(range(start, stop)):
                 grad_s[e, h] = p[j] * (grad_p[j] - dot)
                 grad_v[src[e], h] += p[j] * go[d, h]
     return _unflatten(grad_s, s_heads), _unflatten(grad_v, heads)
+
+
+def _weightless(indptr, scores):
+    """(E, H) bool: the edges of the rows and heads without weight (lse -inf)."""
+    s, _ = _edge(scores)
+    skip = np.zeros(s.shape, dtype=bool)
+    for _, start, stop in _rows(indptr):
+        skip[start:stop] = [softmax_row(s[start:stop, h])[1] == NEG_INF for h in range(s.shape[1])]
+    return skip
 
 
 def _default_scale(q, scale):
@@ -296,7 +313,8 @@ def graph_attention_backward(indptr, indices, q, k, v, grad_out, scale=None, edg
     keys, values = _per_edge(indices, k, edge_feat), _per_edge(indices, v, edge_feat)
     scores = sddmm(indptr, each, q, keys, "dot", scale)
     grad_scores, grad_values = attention_aggregate_backward(indptr, each, scores, values, grad_out)
-    grad_q, grad_keys = sddmm_backward(indptr, each, q, keys, grad_scores, "dot", scale)
+    skip = _weightless(indptr, scores)  # rows without weight add nothing (q or a key is infinite there)
+    grad_q, grad_keys = sddmm_backward(indptr, each, q, keys, grad_scores, "dot", scale, skip)
     grads = grad_q, _source_sums(indices, grad_keys, len(k)), _source_sums(indices, grad_values, len(v))
     return grads if edge_feat is None else (*grads, grad_keys + grad_values)
 
@@ -366,9 +384,12 @@ def gatv2_attention_backward(indptr, indices, x_dst, x_src, att, grad_out, negat
     grad_xd = np.zeros_like(xd)
     grad_a = np.zeros_like(a)
     src = _ints(indices)
+    skip = _weightless(indptr, scores)  # rows without weight add nothing (leaky_relu(z) is -inf there)
     for d, start, stop in _rows(indptr):
         for h in range(xd.shape[1]):
             for e in range(start, stop):
+                if skip[e, h]:
+                    continue
                 z = xd[d, h] + xs[src[e], h]
                 for k in range(len(z)):
                     grad_z = grad_scores[e, h] * a[h, k] * leaky_relu_grad(z[k], negative_slope)
