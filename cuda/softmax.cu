@@ -3,8 +3,8 @@
 // Modes (template MODE, one set of extern "C" entry points each):
 //   SOFTMAX_FORWARD      out = exp(s - m_row) / l_row
 //   SOFTMAX_LSE          lse_out[row] = log sum exp(s) (no edge output)
-//   SOFTMAX_GRAD_PROBS   out = p * (g - sum_row p*g), p given
-//   SOFTMAX_GRAD_SCORES  out = p * (g - sum_row p*g), p = exp(s - lse_in[row])
+//   SOFTMAX_GRAD_PROBS   out = p * (g - sum_row p*g), p given (a zero p adds nothing: grad_term)
+//   SOFTMAX_GRAD_SCORES  out = p * (g - sum_row p*g), p = exp(s - lse_in[row]) (0 in rows of lse -inf)
 //
 // Kernels: softmax_runs_* (runs of consecutive short rows, staged in shared memory),
 // softmax_block_rows_* (one block per pack of wider rows, staged), softmax_groups_* (short rows,
@@ -45,6 +45,22 @@ struct GradOf<SOFTMAX_GRAD_SCORES> {
 };
 template <int MODE>
 using grad_t = typename GradOf<MODE>::type;
+
+// The gradient modes' term p * g of an edge in its row's sum, and its gradient p * (g - sum).
+// grad_probs: a probability of exactly 0 adds nothing, whatever g holds (0 * inf would be
+// NaN), so a row of zero weights (all its scores -inf) has zero gradient. grad_scores: a row
+// without weight (weightless_row: lse -inf) has zero gradients, whatever its dot products hold
+// (its values or grad_out may be infinite; its sum is then never used). Rows with weight
+// keep IEEE arithmetic. A compare and a select on values in registers.
+template <int MODE>
+__device__ __forceinline__ acc_t grad_term(acc_t p, acc_t g) {
+    return MODE == SOFTMAX_GRAD_PROBS && p == 0 ? (acc_t)0 : p * g;
+}
+template <int MODE>
+__device__ __forceinline__ acc_t score_grad(acc_t p, acc_t g, acc_t row_sum, bool weightless_row) {
+    const bool adds_nothing = MODE == SOFTMAX_GRAD_PROBS ? p == 0 : weightless_row;
+    return adds_nothing ? (acc_t)0 : p * (g - row_sum);
+}
 
 #define CACHED 8  // elements per lane held in registers for whole rows
 // The widest step between a lane's cached elements (R * H) whose positions k * step, k < CACHED, fit in an int.
@@ -93,7 +109,7 @@ __device__ __forceinline__ void write_edges(const scalar_t* a, const grad_t<MODE
     const auto result = [&](acc_t x, acc_t grad) -> acc_t {
         if (MODE == SOFTMAX_FORWARD) return prob_from_state(x, row_state);
         const acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(x, lse_row) : x;
-        return p * (grad - row_state.l);
+        return score_grad<MODE>(p, grad, row_state.l, lse_row == neg_inf());
     };
     i64 e = begin + lane_edge;
     for (; e + (BATCH - 1) * R < end; e += BATCH * R) {
@@ -155,6 +171,7 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
                 cached_g[k] = (softmax_reads_grad(MODE) && here) ? load_any(g + base + k * step) : (acc_t)0;
             }
             SoftmaxState row_state;
+            bool weightless_row = false;  // grad_scores: lse -inf
             if (softmax_keeps_max(MODE)) {
                 // Max first, then one exp per element: fewer instructions than an online
                 // update, which matters at this size (the kernel is otherwise issue-bound).
@@ -172,12 +189,13 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
                 row_state.l = head_reduce_to_all(l, Sum(), lanes);
             } else {
                 acc_t lse_row = softmax_probs_from_lse(MODE) && active ? lse_in[item.row * H + head] : (acc_t)0;
+                weightless_row = lse_row == neg_inf();
 #pragma unroll
                 for (int k = 0; k < CACHED; ++k) {
                     if (!(active && lane_edge + k * R < count)) continue;
                     acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(cached_a[k], lse_row) : cached_a[k];
                     cached_a[k] = p;
-                    state.l += p * cached_g[k];
+                    state.l += grad_term<MODE>(p, cached_g[k]);
                 }
                 row_state.m = 0;
                 row_state.l = head_reduce_to_all(state.l, Sum(), lanes);
@@ -190,8 +208,9 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
 #pragma unroll
                 for (int k = 0; k < CACHED; ++k) {
                     if (!(active && lane_edge + k * R < count)) continue;
-                    acc_t value = MODE == SOFTMAX_FORWARD ? cached_a[k] * inv
-                                                          : cached_a[k] * (cached_g[k] - row_state.l);
+                    acc_t value = MODE == SOFTMAX_FORWARD
+                                      ? cached_a[k] * inv
+                                      : score_grad<MODE>(cached_a[k], cached_g[k], row_state.l, weightless_row);
                     store_scalar(out + base + k * step, value);
                 }
             }
@@ -229,7 +248,7 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
                     for (int k = 0; k < BATCH_EDGES; ++k) {
                         if (e0 + (i64)k * R >= item.end) break;
                         const acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(x[k], lse_row) : x[k];
-                        state.l += p * grad[k];
+                        state.l += grad_term<MODE>(p, grad[k]);
                     }
                 }
             }
@@ -324,6 +343,7 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
     acc_t value = active ? load_scalar(a + pos) : neg_inf();
     acc_t grad = (softmax_reads_grad(MODE) && active) ? load_any(g + pos) : (acc_t)0;
     SoftmaxState state;
+    bool weightless_row = false;  // grad_scores: lse -inf
     if (softmax_keeps_max(MODE)) {
         // The group's max, then one exp per element and the group's sum.
         acc_t m = span_allreduce(value, Max(), H, S);
@@ -332,16 +352,20 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
         state.m = m;
         state.l = span_allreduce(value, Sum(), H, S);
     } else {
-        if (softmax_probs_from_lse(MODE) && active) value = prob_from_lse(value, lse_in[row * H + head]);
+        if (softmax_probs_from_lse(MODE) && active) {
+            const acc_t lse_row = lse_in[row * H + head];
+            value = prob_from_lse(value, lse_row);
+            weightless_row = lse_row == neg_inf();
+        }
         state.m = 0;
-        state.l = span_allreduce(active ? value * grad : (acc_t)0, Sum(), H, S);
+        state.l = span_allreduce(active ? grad_term<MODE>(value, grad) : (acc_t)0, Sum(), H, S);
     }
     if (MODE == SOFTMAX_LSE) {
         if (has_row && in_group < H) lse_out[row * H + head] = state_lse(state);
     } else if (active) {
         // Forward: value holds exp(s - m); a NaN or +inf max makes l NaN.
         store_scalar(out + pos, MODE == SOFTMAX_FORWARD ? (state.l == 0 ? (acc_t)0 : value * ((acc_t)1 / state.l))
-                                                        : value * (grad - state.l));
+                                                        : score_grad<MODE>(value, grad, state.l, weightless_row));
     }
 }
 
@@ -724,13 +748,15 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
             };
             for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int, const StageGradHeads<V>& x) {
 #pragma unroll
-                for (int h = 0; h < V; ++h) l[h] += x.a.v[h] * x.g.v[h];
+                for (int h = 0; h < V; ++h) l[h] += grad_term<MODE>(x.a.v[h], x.g.v[h]);
             });
             item_allreduce<BLOCK>(l, Sum(), L, spill);
             for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int i, const StageGradHeads<V>& x) {
                 StageHeads<V> out;
 #pragma unroll
-                for (int h = 0; h < V; ++h) out.v[h] = x.a.v[h] * (x.g.v[h] - l[h]);
+                for (int h = 0; h < V; ++h) {
+                    out.v[h] = score_grad<MODE>(x.a.v[h], x.g.v[h], l[h], lse_row[h] == neg_inf());
+                }
                 store_stage_heads<V>(stage_a, i, out);
             });
         }
