@@ -6,7 +6,8 @@
 // (scale applied to each weight, before the sum is rounded to the output type: a float16 sum
 // that overflows unscaled still gives its scaled value.)
 //   aggregate_softmax_*       w = softmax over the row of scores[e, h]       (attention_aggregate)
-//   aggregate_probs_perm_*    w = exp(scores[perm[e], h] - lse[col(e), h])   (its backward on the transpose)
+//   aggregate_probs_perm_*    w = exp(scores[perm[e], h] - lse[col(e), h])   (its backward on the transpose;
+//                             none from destinations of lse -inf)
 // and aggregate_merge_{sum,softmax}, which merge the partials of split rows for every family.
 // Each functor's extra kernel parameters (*_ARGS, each after a comma) follow the row
 // kernels' own (AGGREGATE_ROWS_ARGS).
@@ -45,14 +46,17 @@ struct SoftmaxOfScores {
     __device__ acc_t operator()(i64 e, i64, i64, int head) const { return load_scalar(scores + e * H + head); }
 };
 
+// A destination row without weight adds nothing to grad_values, whatever its grad_out holds.
 struct ProbsPerm {
-    static constexpr int KIND = WEIGHTS;
+    static constexpr int KIND = WEIGHTS_OR_NONE;
     const scalar_t* scores;
     const i64* perm;
     const lse_t* lse;
     int H;
-    __device__ acc_t operator()(i64 e, i64, i64 col, int head) const {
-        return prob_from_lse(load_scalar(scores + perm[e] * H + head), lse[col * H + head]);
+    __device__ acc_t operator()(i64 e, i64, i64 col, int head, bool& none) const {
+        const acc_t row_lse = lse[col * H + head];
+        none = row_lse == neg_inf();
+        return prob_from_lse(load_scalar(scores + perm[e] * H + head), row_lse);
     }
 };
 

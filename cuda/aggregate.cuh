@@ -10,6 +10,10 @@
 //   SOFTMAX_ONLINE  the call is a score computed from row and col (a dot product or a sum of
 //                   node terms); one pass, with a running max per head and the accumulators
 //                   rescaled when it grows (flash-attention style), so no score is computed twice
+//   WEIGHTS_OR_NONE the call, w(e, row, col, head, none), is the weight, and sets none where the
+//                   edge adds nothing at all: the backward passes' edges of a forward row
+//                   without weight (its lse -inf), whose X rows (grad_out, q or k) may be
+//                   infinite, where the zero weight would add NaN
 //
 // Mapping: one warp per work item (edges [begin, end) of one row); lanes cover the row's
 // H * F features, so every gather of X[col] is coalesced. For H <= 32 the batched path
@@ -27,6 +31,24 @@
 #define WEIGHTS 0
 #define SOFTMAX_TWO_PASS 1
 #define SOFTMAX_ONLINE 2
+#define WEIGHTS_OR_NONE 3
+
+// Whether the weights of a kind are the softmax of its calls over the row (then normalized, and
+// the row's lse written).
+__device__ constexpr bool softmax_kind(int kind) { return kind == SOFTMAX_TWO_PASS || kind == SOFTMAX_ONLINE; }
+
+// The weight call of a functor W: none is set only by the WEIGHTS_OR_NONE kind's.
+template <int KIND>
+struct KindTag {};
+template <class W, int KIND>
+__device__ __forceinline__ acc_t edge_weight(const W& w, i64 e, i64 row, i64 col, int head, bool&, KindTag<KIND>) {
+    return w(e, row, col, head);
+}
+template <class W>
+__device__ __forceinline__ acc_t edge_weight(const W& w, i64 e, i64 row, i64 col, int head, bool& none,
+                                             KindTag<WEIGHTS_OR_NONE>) {
+    return w(e, row, col, head, none);
+}
 
 // Batched path, H <= 32: a batch of B = 32 / H edges at a time; lane k * H + h loads edge
 // k's index and computes its weight for head h once (the HeadLanes layout of common.cuh,
@@ -51,14 +73,17 @@ __device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num
     acc_t head_max = 0;
     if (W::KIND == SOFTMAX_TWO_PASS) {
         acc_t m = neg_inf();
+        bool none = false;  // unused: set by WEIGHTS_OR_NONE functors only
         if (weight_lane) {
-            for (i64 e = item.begin + my_edge; e < item.end; e += B) m = nan_max(m, w(e, item.row, 0, my_head));
+            for (i64 e = item.begin + my_edge; e < item.end; e += B) {
+                m = nan_max(m, edge_weight(w, e, item.row, 0, my_head, none, KindTag<W::KIND>()));
+            }
         }
         head_max = head_reduce_to_all(m, Max(), lanes);
     }
 
     // At least one tile: with no features the softmax modes still owe the row's lse.
-    for (int tile = 0; tile < HF || (tile == 0 && W::KIND != WEIGHTS); tile += WARP * VEC * BATCH_ACC) {
+    for (int tile = 0; tile < HF || (tile == 0 && softmax_kind(W::KIND)); tile += WARP * VEC * BATCH_ACC) {
         acc_t acc[BATCH_ACC][VEC];
         int head[BATCH_ACC];
         bool valid[BATCH_ACC];
@@ -77,10 +102,14 @@ __device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num
             bool active = weight_lane && my_edge < batch;
             i64 my_col = 0;
             acc_t my_weight = 0;
+            bool my_none = false;
             if (active) {
                 my_col = indices[e0 + my_edge];
-                my_weight = w(e0 + my_edge, item.row, my_col, my_head);
+                my_weight = edge_weight(w, e0 + my_edge, item.row, my_col, my_head, my_none, KindTag<W::KIND>());
             }
+            // WEIGHTS_OR_NONE: the weight lanes whose edge adds nothing, one ballot per batch
+            // (bit k * H + h: edge k, head h); 0 for the other kinds.
+            const unsigned int none_lanes = W::KIND == WEIGHTS_OR_NONE ? __ballot_sync(FULL_MASK, my_none) : 0u;
             if (W::KIND == SOFTMAX_TWO_PASS) {
                 my_weight = active ? score_weight(my_weight, head_max) : (acc_t)0;
             } else if (W::KIND == SOFTMAX_ONLINE) {
@@ -105,7 +134,7 @@ __device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num
 #pragma unroll
                 for (int t = 0; t < BATCH_ACC; ++t) {
                     acc_t weight = __shfl_sync(FULL_MASK, my_weight, k * H + head[t]);
-                    if (!valid[t]) continue;
+                    if (!valid[t] || (none_lanes >> (k * H + head[t]) & 1u)) continue;
                     acc_t x[VEC];
                     load_vec<VEC>(x_row + WARP * VEC * t, x);
 #pragma unroll
@@ -114,7 +143,7 @@ __device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num
             }
         }
         acc_t row_sum = 0;
-        if (W::KIND != WEIGHTS) {
+        if (softmax_kind(W::KIND)) {
             // Each head's weight sum, merged over its lanes in a fixed order, in lane h.
             row_sum = head_reduce_to_leader(weight_sum, Sum(), lanes);
             acc_t row_max = W::KIND == SOFTMAX_ONLINE ? running_max : head_max;
@@ -129,7 +158,7 @@ __device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num
 #pragma unroll
         for (int t = 0; t < BATCH_ACC; ++t) {
             // Every lane shuffles (head[t] is 0 when !valid[t]): head h's sum is in lane h.
-            acc_t head_sum = W::KIND != WEIGHTS ? shfl_from(row_sum, head[t]) : (acc_t)1;
+            acc_t head_sum = softmax_kind(W::KIND) ? shfl_from(row_sum, head[t]) : (acc_t)1;
             if (!valid[t]) continue;
             int j = tile + (lane + WARP * t) * VEC;
 #pragma unroll
@@ -137,7 +166,7 @@ __device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num
                 acc_t value = acc[t][v];
                 if (item.split >= 0) {
                     partial_acc[(index - num_whole) * HF + j + v] = value;
-                } else if (W::KIND != WEIGHTS) {
+                } else if (softmax_kind(W::KIND)) {
                     store_scalar(out + item.row * HF + j + v, head_sum == 0 ? (acc_t)0 : value / head_sum);
                 } else {
                     store_scalar(out + item.row * HF + j + v, value);
@@ -165,7 +194,7 @@ __device__ __forceinline__ void aggregate_rows_wide(const i64* items, i64 num_it
     const i64 HF = (i64)H * F;
     // With no features, softmax modes run the heads as if F were 1, for the lse only.
     const int state_f = F > 0 ? F : 1;
-    const i64 lanes_needed = W::KIND != WEIGHTS && F == 0 ? (i64)H : HF;
+    const i64 lanes_needed = softmax_kind(W::KIND) && F == 0 ? (i64)H : HF;
     for (i64 tile = 0; tile < lanes_needed; tile += TILE) {
         acc_t acc[NACC];
         SoftmaxState state[NACC];
@@ -186,14 +215,15 @@ __device__ __forceinline__ void aggregate_rows_wide(const i64* items, i64 num_it
 #pragma unroll
             for (int t = 0; t < NACC; ++t) {
                 if (!valid[t]) continue;
-                acc_t weight = w(e, item.row, col, head[t]);
+                bool none = false;
+                acc_t weight = edge_weight(w, e, item.row, col, head[t], none, KindTag<W::KIND>());
                 acc_t x = F > 0 ? load_scalar(x_row + WARP * t) : (acc_t)0;
-                if (W::KIND != WEIGHTS) {
+                if (softmax_kind(W::KIND)) {
                     SoftmaxState next = add_score(state[t], weight);
                     acc_t p = score_weight(weight, next.m);
                     acc[t] = acc[t] * rescale(state[t].m, next.m) + p * x;
                     state[t] = next;
-                } else {
+                } else if (!none) {
                     acc[t] += weight * x;
                 }
             }
@@ -207,8 +237,8 @@ __device__ __forceinline__ void aggregate_rows_wide(const i64* items, i64 num_it
             if (item.split >= 0) {
                 i64 slot = index - num_whole;
                 if (has_feature) partial_acc[slot * HF + j] = acc[t];
-                if (W::KIND != WEIGHTS && head_leader) partial_state[slot * H + head[t]] = state[t];
-            } else if (W::KIND != WEIGHTS) {
+                if (softmax_kind(W::KIND) && head_leader) partial_state[slot * H + head[t]] = state[t];
+            } else if (softmax_kind(W::KIND)) {
                 if (has_feature) {
                     store_scalar(out + item.row * HF + j, state[t].l == 0 ? (acc_t)0 : acc[t] / state[t].l);
                 }

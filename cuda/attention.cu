@@ -3,7 +3,8 @@
 // where they are used and never stored: the forward is one online-softmax pass per row that
 // writes out and the row lse; the backward recomputes each weight p = exp(score - lse[dst])
 // and, with ds = p * (<grad_out[dst], v[src]> - row_dot[dst]) and row_dot = <grad_out, out>
-// per row and head (attention_row_dot), sums
+// per row and head (attention_row_dot), sums (the edges of a row without weight, lse -inf,
+// adding nothing, whatever its inputs hold)
 //   over each row (the CSR graph):           ds * dscore * k[src] or ds * dscore  (grad_q, grad_a_dst)
 //   over each source (the transposed graph): ds * dscore * q[dst] or ds * dscore  (grad_k, grad_a_src)
 //                                            and p * grad_out[dst]                (grad_v)
@@ -83,24 +84,31 @@ struct FusedSoftmax {
     }
 };
 
-// The weight p = exp(score - lse[dst]); TRANSPOSED: the graph's rows are sources.
+// The weight p = exp(score - lse[dst]); TRANSPOSED: the graph's rows are sources. Here and in
+// FusedScoreGrad (the backward's weights), none for the edges of a destination row without
+// weight (lse -inf), which add nothing to any gradient, as a row without edges: their q or k
+// (the -inf that made the scores), grad_out or v may be infinite, where a zero weight would
+// add NaN.
 template <class S, bool TRANSPOSED>
 struct FusedProbs {
-    static constexpr int KIND = WEIGHTS;
+    static constexpr int KIND = WEIGHTS_OR_NONE;
     S score;
     const lse_t* lse;
     int H;
-    __device__ acc_t operator()(i64, i64 row, i64 col, int head) const {
+    __device__ acc_t operator()(i64, i64 row, i64 col, int head, bool& none) const {
         i64 dst = TRANSPOSED ? col : row, src = TRANSPOSED ? row : col;
+        const acc_t row_lse = lse[dst * H + head];
+        none = row_lse == neg_inf();
+        if (none) return 0;
         acc_t dscore;
-        return prob_from_lse(score(dst, src, head, &dscore), lse[dst * H + head]);
+        return prob_from_lse(score(dst, src, head, &dscore), row_lse);
     }
 };
 
 // The gradient of the op's input inside the score: dscore * p * (<grad_out[dst], v[src]> - row_dot[dst]).
 template <class S, bool TRANSPOSED>
 struct FusedScoreGrad {
-    static constexpr int KIND = WEIGHTS;
+    static constexpr int KIND = WEIGHTS_OR_NONE;
     S score;
     const lse_t* lse;
     const scalar_t* grad_out;
@@ -108,10 +116,13 @@ struct FusedScoreGrad {
     const acc_t* row_dot;
     int H;
     int Fv;
-    __device__ acc_t operator()(i64, i64 row, i64 col, int head) const {
+    __device__ acc_t operator()(i64, i64 row, i64 col, int head, bool& none) const {
         i64 dst = TRANSPOSED ? col : row, src = TRANSPOSED ? row : col;
+        const acc_t row_lse = lse[dst * H + head];
+        none = row_lse == neg_inf();
+        if (none) return 0;
         acc_t dscore;
-        acc_t p = prob_from_lse(score(dst, src, head, &dscore), lse[dst * H + head]);
+        acc_t p = prob_from_lse(score(dst, src, head, &dscore), row_lse);
         acc_t dp = vector_dot(grad_out + (dst * H + head) * Fv, v + (src * H + head) * Fv, Fv);
         return dscore * p * (dp - row_dot[dst * H + head]);
     }
@@ -577,7 +588,8 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                 for (int i = 0; i < W; ++i) acc_f[i] = acc_f[i] * factor + p * gf[i];
                 state = next;
             } else {
-                acc_t p = prob_from_lse(score, STAGE == SPAN_GRAD ? own_lse : dst_lse[u]);
+                const acc_t row_lse = STAGE == SPAN_GRAD ? own_lse : dst_lse[u];
+                acc_t p = prob_from_lse(score, row_lse);
                 acc_t part = 0;
                 if (EDGE && DOT && STAGE == SPAN_SOURCES) {
 #pragma unroll
@@ -587,7 +599,12 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                 }
                 acc_t dp = span_sum(part, S);
                 if (!valid[u]) continue;  // after this slot's last shuffle
-                acc_t w1 = dscore * (p * (dp - (STAGE == SPAN_GRAD ? own_row_dot : dst_row_dot[u])));
+                // An edge of a row without weight (lse -inf) adds nothing to any gradient, as a
+                // row without edges: its q or k (the -inf that made its scores), grad_out or v
+                // may be infinite, where its zero weight would add NaN.
+                const bool weightless = row_lse == neg_inf();
+                acc_t w1 = weightless ? (acc_t)0
+                                      : dscore * (p * (dp - (STAGE == SPAN_GRAD ? own_row_dot : dst_row_dot[u])));
                 if (EDGE && STAGE == SPAN_GRAD) {
                     // The edge's gradient, written once, in edge order: dot: w1 * q[row] +
                     // p * grad_out[row] (D = F); gat: w1.
@@ -596,11 +613,12 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
 #pragma unroll
                         for (int i = 0; i < W; ++i) {
                             if (r * W + i >= D) break;
-                            store_scalar(dst + i, w1 * own_d[i] + p * own_f[i]);
+                            store_scalar(dst + i, weightless ? (acc_t)0 : w1 * own_d[i] + p * own_f[i]);
                         }
                     }
                     if (!DOT && on && r == 0) store_scalar(grad_edge + edge_ids[u] * H + h, w1);
                 }
+                if (weightless) continue;
                 if (DOT) {
 #pragma unroll
                     for (int i = 0; i < W; ++i) acc_d[i] += w1 * gd[i];

@@ -30,6 +30,7 @@
 //   gatv2_grad_src  over the rows of the transposed graph (a row is a source, a column a
 //                   destination): grad_x_src[s, h, k] = sum_e p * grad_out[d, h, k]
 //                   + ds * att[h, k] * leaky_relu'(z[k]).
+//   Both backward passes skip the edges of destination rows without weight (lse -inf).
 //   gatv2_reduce_att  grad_att[j] = sum of att_partial[:, j] over the slots in a fixed order:
 //                   one warp per element j, lane l summing slots l, l + WARP, ..., then a tree.
 // No atomics and no shared memory: every sum runs in a fixed order, so results are bitwise
@@ -139,7 +140,13 @@ __device__ __forceinline__ void gatv2_rows(const GatV2Args& a) {
                         const acc_t dp = span_allreduce(dp_part, Sum(), a.G, WARP);
                         acc_t p = 0, ds = 0;
                         if (head_ok) {
-                            p = prob_from_lse(score, a.lse[dst * a.H + head]);
+                            const acc_t row_lse = a.lse[dst * a.H + head];
+                            // A row without weight adds nothing, as a row without edges: its
+                            // leaky_relu(z) is -inf (or att infinite), its grad_out may be
+                            // infinite, and its zero weight would add NaN. (This edge's
+                            // shuffles are done: the lane may leave it.)
+                            if (row_lse == neg_inf()) continue;
+                            p = prob_from_lse(score, row_lse);
                             ds = p * (dp - a.row_dot[dst * a.H + head]);
                         }
 #pragma unroll
