@@ -338,6 +338,86 @@ def test_special_rows_on_gpu(cupy, plan_limits):
     assert np.isnan(probs[ip[5] : ip[6], 1]).all() and not np.isnan(probs[ip[5] : ip[6], 0]).any()
 
 
+# Rows without weight (all their scores -inf) in _graph's graph, as (rows, heads) index arrays:
+# row 1 in every head, and the hub row 5 (split under the lowered plans) in head 1.
+WEIGHTLESS = (np.array([1, 1, 1, 5]), np.array([0, 1, 2, 1]))
+
+
+def _backwards_with_weightless_rows(rng, g, dtype):
+    """{label: (backward op, positional arrays, keyword arrays)} of every backward on graph g
+    (H = 3, D = F = 5, arrays of dtype) with the rows and heads of WEIGHTLESS without weight and
+    inf in their grad_out (edge_softmax_backward: in the grad_probs of its zero probabilities).
+    The fused ops' scores are -inf there through one element of a_dst, q or x_dst, -inf against
+    a positive element of k (and of k + edge_feat) or att; out and lse are the CPU forward's."""
+    ip, H, D = g.indptr, 3, 5
+    scores = rng.standard_normal((g.num_edges, H)) * 2
+    for row, head in zip(*WEIGHTLESS):
+        scores[ip[row] : ip[row + 1], head] = -np.inf
+    scores = scores.astype(dtype)
+    probs = ca.edge_softmax(g, scores)
+    grad_probs = rng.standard_normal(scores.shape).astype(dtype)
+    grad_probs[probs == 0] = np.inf
+    values = rng.standard_normal((g.num_src, H, D)).astype(dtype)
+    grad_out = rng.standard_normal((g.num_dst, H, D)).astype(dtype)
+    grad_out[WEIGHTLESS] = np.inf
+    lse = ca.attention_aggregate(g, scores, values, return_lse=True)[1]
+    calls = {
+        "edge_softmax": ("edge_softmax_backward", (probs, grad_probs), {}),
+        "attention_aggregate": ("attention_aggregate_backward", (scores, values, grad_out), {}),
+        "attention_aggregate lse": ("attention_aggregate_backward", (scores, values, grad_out), {"lse": lse}),
+    }
+    fused = _fused_inputs(rng, g, H, D, D, dtype)
+    fused["gat_attention"]["a_dst"][WEIGHTLESS] = -np.inf
+    k = fused["graph_attention"]["k"]
+    k[..., 0] = 1 + np.abs(k[..., 0])
+    fused["graph_attention"]["q"][(*WEIGHTLESS, 0)] = -np.inf
+    att = fused["gatv2_attention"]["att"]
+    att[:, 0] = 0.5 + np.abs(att[:, 0])
+    fused["gatv2_attention"]["x_dst"][(*WEIGHTLESS, 0)] = -np.inf
+    edge_data = {
+        "graph_attention": {"edge_feat": np.abs(rng.standard_normal((g.num_edges, H, D))).astype(dtype)},
+        "gat_attention": {"edge_score": rng.standard_normal((g.num_edges, H)).astype(dtype)},
+        "gatv2_attention": None,
+    }
+    for op, inputs in fused.items():
+        for kwargs in ({}, edge_data[op]):
+            if kwargs is None:
+                continue
+            out, lse = getattr(ca, op)(g, **inputs, **kwargs, return_lse=True)
+            assert np.isneginf(lse[WEIGHTLESS]).all() and np.isfinite(lse[[2, 3, 6]]).all(), op
+            grad_out = rng.standard_normal(out.shape).astype(dtype)
+            grad_out[WEIGHTLESS] = np.inf
+            calls[" ".join([op, *kwargs])] = (f"{op}_backward", (*inputs.values(), out, grad_out, lse), kwargs)
+    return calls
+
+
+@pytest.mark.parametrize("kernel_set", list(KERNEL_SETS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_weightless_rows_add_nothing_to_the_backwards(cupy, plan_limits, monkeypatch, kernel_set, dtype):
+    """A row without weight (all its scores -inf) adds nothing to any backward, on every kernel
+    set and plan, its split hub row included: with inf in its grad_out, and -inf in the a_dst,
+    q or x_dst that made its scores, every gradient matches the CPU backend's, finite (its zero
+    weights times those gave NaN)."""
+    from cupy_csrattn.gpu import attention, replay
+
+    stages, group_stages = KERNEL_SETS[kernel_set]
+    monkeypatch.setattr(attention, "SPAN_STAGES", stages)
+    monkeypatch.setattr(attention, "SPAN_GROUP_STAGES", group_stages)
+    monkeypatch.setattr(replay, "ENABLED", False)
+    rng = np.random.default_rng(12)
+    g = _graph(rng, np.int32)
+    gg = g.to_gpu()
+    for label, (op, args, kwargs) in _backwards_with_weightless_rows(rng, g, dtype).items():
+        wide = {name: x.astype(np.float64) for name, x in kwargs.items()}
+        wants = getattr(ca, op)(g, *[x.astype(np.float64) for x in args], **wide)
+        gots = getattr(ca, op)(gg, *[cupy.asarray(x) for x in args], **{n: cupy.asarray(x) for n, x in kwargs.items()})
+        wants, gots = (wants, gots) if isinstance(wants, tuple) else ((wants,), (gots,))
+        assert len(gots) == len(wants), label
+        for got, want in zip(gots, wants):
+            assert np.isfinite(want).all(), label
+            _close(got, want, dtype)
+
+
 @pytest.mark.parametrize(
     "run_rows,block_floor,single_floor",
     [(0, False, None), (0, 0, None), (1, None, None), (4, None, None), (64, 0, None), (64, False, 0)],
@@ -353,7 +433,8 @@ def test_softmax_strategies_match_cpu(
     (block floor 0) or none (False), and with every other whole row that fits a warp's stage
     staged alone (single-row floor 0), each mode (edge_softmax and its backward; the row lse
     and the in-place grad_scores of attention_aggregate_backward), on rows that are empty, all
-    -inf, hold a NaN or a +inf, beside ordinary rows and a hub row."""
+    -inf, hold a NaN or a +inf, beside ordinary rows and a hub row. The all -inf row's grad_probs
+    and grad_out are inf: it adds nothing to the backwards (its zero weights gave NaN)."""
     from cupy_csrattn.gpu import replay
 
     monkeypatch.setattr(plan, "RUN_ROWS", run_rows)
@@ -399,12 +480,14 @@ def test_softmax_strategies_match_cpu(
 
     probs = np.nan_to_num(want).astype(dtype)
     grad_probs = rng.standard_normal(edge_shape).astype(dtype)
+    grad_probs[ip[special[0]] : ip[special[0] + 1]] = np.inf  # on zero weights: adds nothing
     got = ca.edge_softmax_backward(gg, d(probs), d(grad_probs))
     _close(got, ca.edge_softmax_backward(g, probs, grad_probs), dtype)
 
     finite = np.nan_to_num(scores, nan=0.0, posinf=0.0, neginf=-np.inf).astype(dtype)
     values = rng.standard_normal((g.num_src, *trailing_shape(heads), 4)).astype(dtype)
     grad_out = rng.standard_normal((g.num_dst, *trailing_shape(heads), 4)).astype(dtype)
+    grad_out[special[0]] = np.inf  # the all -inf row's: reaches no gradient
     wants = ca.attention_aggregate_backward(g, finite, values, grad_out)  # lse from the scores
     gots = ca.attention_aggregate_backward(gg, d(finite), d(values), d(grad_out))
     for got, want in zip(gots, wants):
