@@ -624,6 +624,19 @@ def test_edge_list_extra_columns_and_explicit_delimiter(tmp_path):
     assert np.array_equal(dense(graph, values), [[0, 3], [2, 0]])
 
 
+def test_lines_ending_in_a_lone_carriage_return(tmp_path):
+    """Classic Mac line ends: each \\r ends a line, as \\n and \\r\\n do (the whole file was one
+    line: an edge list kept its first edge and dropped the rest as extra columns)."""
+    path = write(tmp_path / "mac.txt", "# src dst\r0 1\r1 2\r\r2 0\r")
+    graph = datasets.load_edge_list(path)
+    assert graph.num_edges == 3
+    assert np.array_equal(dense(graph), [[0, 0, 1], [1, 0, 0], [0, 1, 0]])
+    with error_at(path, 3):  # lines are numbered as an editor shows them
+        datasets.load_edge_list(write(path, "0 1\r1 2\r2 x\r"))
+    mtx = write(tmp_path / "mac.mtx", MTX_GENERAL.replace("\n", "\r"))
+    assert same_graph(datasets.load_mtx(mtx), datasets.load_mtx(write(tmp_path / "unix.mtx", MTX_GENERAL)))
+
+
 def test_edge_list_empty_file(tmp_path):
     graph = datasets.load_edge_list(write(tmp_path / "e.txt", "# nothing\n\n"))
     assert graph.num_edges == 0 and graph.shape == (0, 0)

@@ -2,7 +2,8 @@
 
 Both split a line into tokens the same way: from a comment marker to the end of the line is
 ignored, every separator (a comma, say) reads as a space, and the tokens are the runs of
-bytes other than ASCII whitespace. Lines end at ``\\n`` and are numbered as in the file.
+bytes other than ASCII whitespace. Lines end at ``\\n`` (a ``\\r`` without one after it counts
+as ``\\n``) and are numbered as in the file.
 
 numpy.loadtxt (compiled, and strict: every token must be a whole number of its column's
 kind and every line must have as many tokens as there are columns) parses the data. Its
@@ -57,7 +58,13 @@ def read_bytes(path):
         if isinstance(error, (FileNotFoundError, PermissionError)):
             raise
         raise ValueError(f"{path}: cannot read the file: {error}") from None
-    return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw  # UTF-8 byte order mark
+    raw = raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw  # UTF-8 byte order mark
+    # Lines that end in a lone \r (classic Mac OS, some spreadsheet exports) would otherwise be
+    # one long line: an edge list's extra columns are not parsed, so every edge after the
+    # first would be dropped without a word. Editors and Python's universal newlines end a line there.
+    if raw.count(b"\r") != raw.count(b"\r\n"):
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return raw
 
 
 def _as_bytes(text):
