@@ -324,6 +324,36 @@ def test_mtx_transpose_and_dtype(tmp_path):
     assert np.allclose(dense(graph, values), _mmread_dense(path).T)
 
 
+@pytest.mark.parametrize(
+    "field,value,dtype,becomes",
+    [
+        ("integer", "500", np.int8, "-12"),  # wrapped
+        ("real", "1.5", np.int32, "1"),  # cut
+        ("real", "nan", np.int64, "-9223372036854775808"),
+        ("real", "1e300", np.float32, "inf"),  # overflowed
+        ("complex", "1 2", np.float64, "1.0"),  # imaginary part dropped
+        ("integer", "-1", np.uint16, "65535"),
+    ],
+)
+def test_loader_dtype_that_changes_a_value_is_refused(tmp_path, field, value, dtype, becomes):
+    """dtype= casts the values only where each keeps its value up to rounding (as add_self_loops'
+    fill_value must); astype alone returned other numbers without a word."""
+    path = write(
+        tmp_path / "v.mtx", f"%%MatrixMarket matrix coordinate {field} general\n2 2 2\n1 2 {value}\n2 1 {value}\n"
+    )
+    with pytest.raises(ValueError, match=re.escape(f"{path}: dtype={np.dtype(dtype)}") + f".*become {becomes}\\)"):
+        datasets.load_mtx(path, dtype=dtype, return_values=True)
+    edges = write(tmp_path / "v.txt", f"0 1 {value.split()[0]}\n1 0 3\n")
+    if field != "complex":
+        with pytest.raises(ValueError, match="dtype="):
+            datasets.load_edge_list(edges, dtype=dtype, return_values=True)
+    # casts that keep every value (rounding allowed) still load
+    _, values = datasets.load_mtx(write(path, MTX_GENERAL), dtype=np.float16, return_values=True)
+    assert values.dtype == np.float16 and np.array_equal(values, np.float16([0.5, 1e-3, 3, -2, 4.25]))
+    path = write(tmp_path / "i.mtx", "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 2 7.0\n")
+    assert datasets.load_mtx(path, dtype=np.uint8, return_values=True)[1].tolist() == [7]
+
+
 def test_mtx_symmetric_pattern_with_self_loops(tmp_path):
     path = write(tmp_path / "s.mtx", "%%MatrixMarket matrix coordinate pattern symmetric\n3 3 2\n2 1\n3 3\n")
     graph, values = datasets.load_mtx(path, return_values=True)

@@ -51,6 +51,9 @@ def load_edge_list(
         Give every node without one a self-loop (value 1 in the values).
     dtype : dtype, optional
         dtype of the values (float64 by default).
+        It must hold every value up to rounding: a value it would change otherwise (500 in
+        int8, 1.5 or NaN in an integer dtype, an imaginary part in a real one, 1e300 in
+        float32) is a ValueError naming it.
     return_values : bool
         Also return the third column, in the graph's edge order (None for 2 columns).
     max_nodes : int, optional

@@ -1,6 +1,8 @@
 """What every loader shares: its options checked first, and what it does last (edges to a
 graph, the values' dtype, self-loops, the result)."""
 
+import warnings
+
 import numpy as np
 
 from cupy_csrattn import backend
@@ -38,7 +40,7 @@ def graph_of_edges(src, dst, num_dst, num_src, values, add_loops, dtype, path):
 def finish(graph, values, add_loops, dtype, path):
     """The values cast to ``dtype`` (if given) and, with ``add_loops``, a self-loop on every node."""
     if values is not None and dtype is not None:
-        values = values.astype(dtype, copy=False)
+        values = _cast_values(values, dtype, path)
     if add_loops:
         if graph.num_dst != graph.num_src:
             raise ValueError(f"{path}: add_self_loops needs a square graph, got shape {graph.shape}")
@@ -47,6 +49,35 @@ def finish(graph, values, add_loops, dtype, path):
         else:
             graph, values = add_self_loops(graph, values)
     return graph, values
+
+
+def _cast_values(values, dtype, path):
+    """``values`` as ``dtype``; a ValueError naming ``dtype`` where that changes a value.
+
+    A value must survive the cast up to rounding, as add_self_loops asks of its fill_value:
+    ``astype`` alone wraps 500 to -12 in int8, cuts 1.5 to 1 and NaN to the smallest integer,
+    overflows 1e300 to inf in float32 and drops imaginary parts, and the file's data would be
+    other numbers without a word.
+    """
+    if values.dtype == dtype:
+        return values
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # ComplexWarning, invalid casts: judged below
+        cast = values.astype(dtype)
+        changed = np.zeros(values.shape, dtype=bool)
+        if values.dtype.kind == "c" and dtype.kind != "c":
+            changed |= values.imag != 0
+        if dtype.kind in "biu":
+            changed |= cast != values
+        else:
+            changed |= np.isinf(cast) & np.isfinite(values)
+    if changed.any():
+        first = np.unravel_index(np.argmax(changed), changed.shape)
+        raise ValueError(
+            f"{path}: dtype={dtype} cannot hold the value {values[first].item()!r} (it would become "
+            f"{cast[first].item()!r}); pass a dtype that holds the file's values ({values.dtype} does), or none"
+        )
+    return cast
 
 
 def as_result(graph, values, return_values):

@@ -47,6 +47,9 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     dtype : dtype, optional
         dtype of the values; by default float64 for ``real``, int64 for ``integer`` and
         complex128 for ``complex`` files.
+        It must hold every value up to rounding: a value it would change otherwise (500 in
+        int8, 1.5 or NaN in an integer dtype, an imaginary part in a real one, 1e300 in
+        float32) is a ValueError naming it.
     return_values : bool
         Also return the entries' values in the graph's edge order (None for ``pattern``).
     max_nodes : int, optional

@@ -39,6 +39,9 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         Give every node without one a self-loop (value 1); needs a square graph.
     dtype : dtype, optional
         dtype of the values (the file's by default).
+        It must hold every value up to rounding: a value it would change otherwise (500 in
+        int8, 1.5 or NaN in an integer dtype, an imaginary part in a real one, 1e300 in
+        float32) is a ValueError naming it.
     return_values : bool
         Also return the values in the graph's edge order (None when the file has none).
     max_nodes : int, optional
