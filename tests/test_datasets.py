@@ -792,6 +792,27 @@ def test_npz_malformed_scipy_archive_is_a_value_error(tmp_path, arrays):
         datasets.load_npz(path)
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+def test_npz_scipy_archive_of_float_indices_or_text_data_is_refused(tmp_path, compressed):
+    """scipy's reader cut float index arrays to integers (row 1.5 became row 1) and kept text
+    data: refused by name, as in the indptr/indices and edge_index layouts."""
+    save = np.savez_compressed if compressed else np.savez
+    path = tmp_path / "s.npz"
+    coo = dict(format=np.array("coo"), shape=np.array([3, 3]), row=np.array([0, 1]), col=np.array([2, 0]))
+    save(path, **dict(coo, row=np.array([0.0, 1.5]), data=np.ones(2)))
+    with npz_error(path, "'row'", "integer dtype", "float64"):
+        datasets.load_npz(path)
+    csr = dict(format=np.array("csr"), shape=np.array([2, 3]), indptr=np.array([0, 1, 2]), indices=np.array([2, 0]))
+    save(path, **dict(csr, indices=np.array([2.0, 0.0]), data=np.ones(2)))
+    with npz_error(path, "'indices'", "integer dtype"):
+        datasets.load_npz(path)
+    save(path, **dict(csr, data=np.array(["a", "b"])))
+    with npz_error(path, "'data'", "numeric"):
+        datasets.load_npz(path, return_values=True)
+    save(path, **dict(coo, data=np.ones(2)))  # the archive scipy writes still loads
+    assert same_graph(datasets.load_npz(path), ca.CSRGraph(np.array([0, 1, 2, 2]), np.array([2, 0]), 3))
+
+
 @pytest.mark.parametrize("key", ["data", "values"])
 @pytest.mark.parametrize("length", [1, 3, 5])
 def test_npz_refuses_data_of_the_wrong_length(tmp_path, key, length):

@@ -25,8 +25,9 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     - ``np.savez`` array ``edge_index`` of shape (2, E), row 0 the sources and row 1 the
       destinations (PyG), with optional ``num_nodes`` and ``data`` (or ``values``).
 
-    Index arrays (``indptr``, ``indices``, ``edge_index``) and counts (``num_src``,
-    ``num_nodes``, integer scalars) must have an integer dtype: node ids are never rounded.
+    Index arrays (``indptr``, ``indices``, ``edge_index``, a scipy archive's ``row``, ``col``
+    and ``offsets``) and counts (``num_src``, ``num_nodes``, integer scalars) must have an
+    integer dtype: node ids are never rounded.
     ``data`` must be numeric with one entry (row) per edge.
 
     Parameters
@@ -86,7 +87,7 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         keys = set(archive.files)
         try:
             if {"format", "shape"} <= keys:
-                graph, values = _graph_of_scipy_npz(path, transpose, max_nodes)
+                graph, values = _graph_of_scipy_npz(path, archive, keys, transpose, max_nodes)
             elif {"indptr", "indices"} <= keys:
                 graph, values = _graph_of_csr_arrays(archive, keys, transpose, max_nodes)
             elif "edge_index" in keys:
@@ -187,7 +188,23 @@ def _values(archive, keys, num_edges, index_key):
 _COMPLEX_WARNING = np.exceptions.ComplexWarning if hasattr(np, "exceptions") else np.ComplexWarning  # NumPy < 1.25
 
 
-def _graph_of_scipy_npz(path, transpose, max_nodes):
+# The index arrays of each format scipy.sparse.save_npz writes (dia's offsets, coo's nD coords too).
+_SCIPY_INDEX_KEYS = ("indptr", "indices", "row", "col", "coords", "offsets")
+
+
+def _graph_of_scipy_npz(path, archive, keys, transpose, max_nodes):
+    # scipy's reader converts float index arrays to integers, cutting 0.5 to 0, and keeps data
+    # of any dtype (text, say): both are refused here as in the other layouts.
+    invalid = "not a valid scipy.sparse.save_npz file"
+    for key in (key for key in _SCIPY_INDEX_KEYS if key in keys):
+        dtype = _stored_dtype(archive, key)
+        if dtype is not None and dtype.kind not in "iu":
+            raise ValueError(
+                f"{invalid}: array '{key}' must have an integer dtype, got {dtype} (node ids are not rounded)"
+            )
+    data_dtype = _stored_dtype(archive, "data") if "data" in keys else None
+    if data_dtype is not None and data_dtype.kind not in "biufc":
+        raise ValueError(f"{invalid}: array 'data' must be numeric, got dtype {data_dtype}")
     # scipy's reader trusts the archive: a malformed one raises KeyError or AttributeError, or
     # warns that it drops imaginary parts, from inside it (a missing array, a 'format' that is
     # not text, complex indices): each is a ValueError here.
@@ -213,6 +230,26 @@ def _graph_of_scipy_npz(path, transpose, max_nodes):
     coo = matrix.tocoo()
     graph, perm = csr_from_edges(coo.col, coo.row, *coo.shape)
     return graph, coo.data[perm]
+
+
+def _stored_dtype(archive, key):
+    """The dtype of array ``key`` of the archive, read from its .npy header (scipy's reader
+    loads the array itself next: it is not read twice); None for a damaged member, which
+    scipy's reader then reports."""
+    try:
+        try:
+            with archive.zip.open(f"{key}.npy") as member:
+                version = np.lib.format.read_magic(member)
+                if version in ((1, 0), (2, 0)):
+                    read_header = getattr(np.lib.format, f"read_array_header_{version[0]}_0")
+                    return read_header(member)[2]
+        except (KeyError, AttributeError):  # a member not named key.npy, or an NpzFile without .zip
+            pass
+        return archive[key].dtype
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception:
+        return None
 
 
 def _transposed(graph, values):
