@@ -454,6 +454,9 @@ def test_mtx_array_format_with_comments_after_values(tmp_path):
         ("%%MatrixMarket matrix coordinate real general\n% only comments\n", 2, "size line"),
         ("%%MatrixMarket matrix coordinate real general\n3 3\n", 2, "size line"),
         ("%%MatrixMarket matrix coordinate real general\n3 3 x\n", 2, "not an integer"),
+        # int() alone read "2_0" as 20 (a 20-row matrix), where an entry "2_0" is refused
+        ("%%MatrixMarket matrix coordinate real general\n2_0 3 1\n1 1 1.0\n", 2, "size '2_0' is not an integer"),
+        ("%%MatrixMarket matrix array real general\n1 1_0\n1\n", 2, "size '1_0' is not an integer"),
         ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 2\n", 4, "expected 3 columns"),
         ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n2 4 1.0\n", 4, "out of range 1..3"),
         ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n0 2 1.0\n", 4, "id 0 in a one-based file"),

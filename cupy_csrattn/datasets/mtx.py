@@ -14,7 +14,7 @@ import numpy as np
 
 from cupy_csrattn.datasets.base import too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, check_options, graph_of_edges
-from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, read_bytes
+from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, is_integer_token, read_bytes
 
 _FIELDS = {
     "real": "float",
@@ -162,10 +162,13 @@ def _sizes(text, names):
         raise text.error(line, f"expected the size line '{expected}', got {len(tokens)} columns")
     sizes = []
     for name, token in zip(names, tokens):
+        # The entries' own rule: int() alone would read a size "1_0" as 10, where an entry "1_0" is refused.
         try:
-            value = int(token)
-        except ValueError:
-            raise text.error(line, f"size {token.decode(errors='replace')!r} is not an integer") from None
+            value = int(token) if is_integer_token(token) else None
+        except ValueError:  # more digits than int() converts
+            value = None
+        if value is None:
+            raise text.error(line, f"size {token.decode(errors='replace')!r} is not an integer")
         if value < 0:
             raise text.error(line, f"negative size: {name} = {value}")
         if value >= MAX_NODE_ID:

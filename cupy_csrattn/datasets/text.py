@@ -261,10 +261,16 @@ def _dtype(kinds):
     return np.dtype([(f"f{c}", _DTYPES[kind]) for c, kind in enumerate(kinds)])
 
 
+def is_integer_token(token):
+    """Whether ``token`` (bytes) is an integer as numpy.loadtxt reads one: digits after an
+    optional sign (int() also takes "1_0" for 10, which loadtxt refuses)."""
+    return _INTEGER.fullmatch(token) is not None
+
+
 def _token_problem(token, kind):
     """Why numpy.loadtxt does not read ``token`` as a value of ``kind`` ("int", "float"), or None."""
     if kind == "int":
-        if not _INTEGER.fullmatch(token):
+        if not is_integer_token(token):
             return "is not an integer"
         if not _INT64.min <= int(token) <= _INT64.max:
             return "does not fit in a 64-bit integer"
