@@ -382,6 +382,24 @@ def test_mtx_integer_skew_and_gzip(tmp_path):
     assert np.array_equal(dense(graph, values), [[0, -4, 0], [4, 0, 1], [0, -1, 0]])
 
 
+def test_mtx_unsigned_integer_values_are_uint64(tmp_path):
+    """unsigned-integer files were read as int64: a value of 2**63 or more was refused, a
+    negative one loaded. Now uint64, as scipy.io.mmread reads them."""
+    header = "%%MatrixMarket matrix coordinate unsigned-integer"
+    path = write(tmp_path / "u.mtx", f"{header} symmetric\n2 2 2\n1 1 5\n2 1 18446744073709551615\n")
+    graph, values = datasets.load_mtx(path, return_values=True)
+    assert values.dtype == np.uint64 and values.tolist() == [5, 2**64 - 1, 2**64 - 1]
+    assert np.array_equal(values, _mmread_dense(path)[rows_of(graph), graph.indices])
+    with error_at(path, 4):
+        datasets.load_mtx(write(path, f"{header} general\n2 2 2\n1 1 5\n2 1 -5\n"))
+    with pytest.raises(ValueError, match="non-negative integer"):
+        datasets.load_mtx(write(path, f"{header} general\n2 2 1\n1 1 -0\n"))
+    with error_at(path, 1):  # the mirrored entries would be negative
+        datasets.load_mtx(write(path, f"{header} skew-symmetric\n2 2 1\n2 1 5\n"))
+    dense_path = write(tmp_path / "a.mtx", "%%MatrixMarket matrix array unsigned-integer general\n2 1\n0\n7\n")
+    assert datasets.load_mtx(dense_path, return_values=True)[1].tolist() == [7]
+
+
 def test_mtx_array_format(tmp_path):
     path = write(tmp_path / "a.mtx", "%%MatrixMarket matrix array real general\n2 2\n1\n0\n0\n2\n")
     graph, values = datasets.load_mtx(path, return_values=True)

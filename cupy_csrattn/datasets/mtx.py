@@ -20,12 +20,12 @@ _FIELDS = {
     "real": "float",
     "double": "float",
     "integer": "int",
-    "unsigned-integer": "int",
+    "unsigned-integer": "uint",
     "complex": "complex",
     "pattern": None,
 }
 _SYMMETRIES = ("general", "symmetric", "skew-symmetric", "hermitian")
-_VALUE_KINDS = {None: [], "int": ["int"], "float": ["float"], "complex": ["float", "float"]}
+_VALUE_KINDS = {None: [], "int": ["int"], "uint": ["uint"], "float": ["float"], "complex": ["float", "float"]}
 
 
 def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_values=False, max_nodes=None):
@@ -45,8 +45,8 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     add_self_loops : bool
         Give every node without one a self-loop (value 1); needs a square matrix.
     dtype : dtype, optional
-        dtype of the values; by default float64 for ``real``, int64 for ``integer`` and
-        complex128 for ``complex`` files.
+        dtype of the values; by default float64 for ``real``, int64 for ``integer``, uint64
+        for ``unsigned-integer`` and complex128 for ``complex`` files.
         It must hold every value up to rounding: a value it would change otherwise (500 in
         int8, 1.5 or NaN in an integer dtype, an imaginary part in a real one, 1e300 in
         float32) is a ValueError naming it.
@@ -148,6 +148,9 @@ def _header(path, raw):
             f"'%%MatrixMarket matrix coordinate|array "
             f"{'|'.join(_FIELDS)} {'|'.join(_SYMMETRIES)}'"
         )
+    if words[3] == "unsigned-integer" and words[4] == "skew-symmetric":
+        # its mirrored entries are the negated values, which no unsigned value is
+        raise ValueError(f"{path}:1: an unsigned-integer matrix cannot be skew-symmetric")
     return words[2], words[3], words[4]
 
 

@@ -28,14 +28,16 @@ import numpy as np
 MAX_NODE_ID = 1 << 62
 
 # "skip" columns must hold a token but are not parsed: loadtxt truncates any token to S1.
-_DTYPES = {"int": np.int64, "float": np.float64, "skip": "S1"}
+_DTYPES = {"int": np.int64, "uint": np.uint64, "float": np.float64, "skip": "S1"}
 # Bytes that loadtxt (reading latin-1) takes for whitespace and the tokens do not: made
 # unparsable, so that a token holding one fails there as it does in the line scan.
 _OTHER_SPACES = b"\x1c\x1d\x1e\x1f\x85\xa0"
 _UNPARSABLE = bytes.maketrans(_OTHER_SPACES, b"\x01" * len(_OTHER_SPACES))
 _PIECE = 1 << 20  # bytes of text per loadtxt call while looking for a bad line
 _INTEGER = re.compile(rb"[+-]?[0-9]+")
+_UNSIGNED = re.compile(rb"\+?[0-9]+")  # loadtxt refuses any minus sign for uint64, "-0" too
 _INT64 = np.iinfo(np.int64)
+_UINT64 = np.iinfo(np.uint64)
 
 
 def is_gzip_name(path):
@@ -156,7 +158,7 @@ class TextFile:
     def table(self, offset, line, kinds, what):
         """The data lines from byte ``offset`` (line ``line``) on, parsed by numpy.loadtxt.
 
-        ``kinds[c]`` is the kind of column ``c``: "int" (int64), "float" (float64) or "skip"
+        ``kinds[c]`` is the kind of column ``c``: "int" (int64), "uint" (uint64), "float" (float64) or "skip"
         (any token, not parsed); every data line must have ``len(kinds)`` tokens. Returns a
         :class:`Table` with one column per kind other than "skip". Raises a ValueError naming
         the first line with another number of tokens (``what`` describes the columns), or if
@@ -268,8 +270,13 @@ def is_integer_token(token):
 
 
 def _token_problem(token, kind):
-    """Why numpy.loadtxt does not read ``token`` as a value of ``kind`` ("int", "float"), or None."""
-    if kind == "int":
+    """Why numpy.loadtxt does not read ``token`` as a value of ``kind`` ("int", "uint", "float"), or None."""
+    if kind == "uint":
+        if not _UNSIGNED.fullmatch(token):
+            return "is not a non-negative integer"
+        if int(token) > _UINT64.max:
+            return "does not fit in a 64-bit unsigned integer"
+    elif kind == "int":
         if not is_integer_token(token):
             return "is not an integer"
         if not _INT64.min <= int(token) <= _INT64.max:
