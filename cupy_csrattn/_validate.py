@@ -205,6 +205,8 @@ def out_array(name, out, shape, dtype, on_gpu):
         raise TypeError(f"{name} must be a CuPy array when the op runs on the GPU, got {type(out).__name__}")
     if not on_gpu and not isinstance(out, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array when the op runs on the CPU, got {type(out).__name__}")
+    if isinstance(out, np.matrix):  # stays 2-D when reshaped to the backends' (N, H, F) layout
+        raise TypeError(f"{name} is a numpy.matrix, which cannot take the result's layout; pass np.asarray({name})")
     if out.dtype != dtype:
         raise TypeError(f"{name} has dtype {out.dtype}, expected {np.dtype(dtype)}")
     if tuple(out.shape) != tuple(shape):

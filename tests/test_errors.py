@@ -894,6 +894,28 @@ def test_out_of_the_wrong_library(xp, func, make_args, shape):
         getattr(ca, func)(make_graph(xp, GRAPH), *to_xp(xp, make_args()), out=out)
 
 
+SINGLE_HEAD_FORWARDS = {
+    "spmm": lambda: (_r(E), _r(N_SRC, F)),
+    "attention_aggregate": lambda: (_r(E), _r(N_SRC, F)),
+    "graph_attention": lambda: (_r(N_DST, F), _r(N_SRC, F), _r(N_SRC, F)),
+    "gat_attention": lambda: (_r(N_DST), _r(N_SRC), _r(N_SRC, F)),
+    "gatv2_attention": lambda: (_r(N_DST, F), _r(N_SRC, F), _r(F)),
+}
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("op", sorted(SINGLE_HEAD_FORWARDS))
+def test_out_numpy_matrix_is_named(op):
+    """An np.matrix of the (N, F) result's shape stays 2-D when reshaped to the backend's
+    (N, 1, F) layout: the call failed inside the backend with NumPy's unpacking error, naming
+    nothing. (The GPU takes only a CuPy out.)"""
+    out = np.matrix(np.zeros((N_DST, F)))
+    with pytest.raises(TypeError, match=r"out is a numpy.matrix"):
+        getattr(ca, op)(make_graph(np, GRAPH), *SINGLE_HEAD_FORWARDS[op](), out=out)
+    assert not out.any()
+    getattr(ca, op)(make_graph(np, GRAPH), *SINGLE_HEAD_FORWARDS[op](), out=np.asarray(out))  # the advice works
+
+
 def test_out_integer_dtype(xp):
     _raises(xp, TypeError, r"\bout\b", "edge_softmax", _r(E), out=xp.zeros(E, dtype=np.int64))
 
