@@ -299,6 +299,17 @@ def test_an_infinite_timeout_waits_without_limit(partitioned):
     assert np.array_equal(got, cad.edge_softmax(pg, pg.as_edge_array(scores), timeout=None).compute())
 
 
+@pytest.mark.parametrize("timeout", [np.int64(60), np.float32(60.0), np.float64(np.inf)], ids=repr)
+def test_a_numpy_timeout_is_taken(client, partitioned, timeout):
+    """A NumPy number (a count of seconds read from a config array, say) is a number of seconds:
+    it was refused as not "a positive number of seconds"."""
+    pg = partitioned("square", 2)
+    scores = np.random.default_rng(0).standard_normal((pg.num_edges, 2))
+    got = cad.edge_softmax(pg, pg.as_edge_array(scores), timeout=timeout).compute()
+    assert np.array_equal(got, ca.edge_softmax(ca.CSRGraph(*_square()), scores))
+    assert cad.PartitionedGraph.from_graph(ca.CSRGraph(*_square()), client, 2, timeout=timeout).npartitions == 2
+
+
 def test_wrong_set_up_is_named(client):
     g = ca.CSRGraph(*_square())
     with pytest.raises(ValueError, match="npartitions must be an integer >= 1"):

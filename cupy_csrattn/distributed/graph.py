@@ -8,6 +8,7 @@ halo list on its owner's worker, as Dask futures pinned there.
 """
 
 import math
+import numbers
 
 import dask.array as da
 import distributed
@@ -39,7 +40,9 @@ def check_timeout(timeout):
     """Seconds to wait as a float, or None (no limit) for None and +inf."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+    # numbers.Real: NumPy's integers and floats are numbers of seconds too (np.float64 alone
+    # subclasses float); bool is an Integral, and no count of seconds.
+    if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
     return None if math.isinf(timeout) else float(timeout)
 
