@@ -246,7 +246,7 @@ def _stored_dtype(archive, key):
         except (KeyError, AttributeError):  # a member not named key.npy, or an NpzFile without .zip
             pass
         return archive[key].dtype
-    except (MemoryError, KeyboardInterrupt):
+    except MemoryError:
         raise
     except Exception:
         return None
