@@ -51,10 +51,11 @@ using grad_t = typename GradOf<MODE>::type;
 // NaN), so a row of zero weights (all its scores -inf) has zero gradient. grad_scores: a row
 // without weight (weightless_row: lse -inf) has zero gradients, whatever its dot products hold
 // (its values or grad_out may be infinite; its sum is then never used). Rows with weight
-// keep IEEE arithmetic. A compare and a select on values in registers.
+// keep IEEE arithmetic. A compare and a select on values in registers; grad_term selects g, not
+// the product, so that the caller's sum keeps its fused multiply-add.
 template <int MODE>
 __device__ __forceinline__ acc_t grad_term(acc_t p, acc_t g) {
-    return MODE == SOFTMAX_GRAD_PROBS && p == 0 ? (acc_t)0 : p * g;
+    return p * (MODE == SOFTMAX_GRAD_PROBS && p == 0 ? (acc_t)0 : g);
 }
 template <int MODE>
 __device__ __forceinline__ acc_t score_grad(acc_t p, acc_t g, acc_t row_sum, bool weightless_row) {
