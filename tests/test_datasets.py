@@ -102,6 +102,38 @@ def test_generators_name_sizes_beyond_64_bits(generator, args, kwargs, message):
 
 
 @pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: datasets.uniform_graph(2**62, 1), r"uniform_graph\(num_nodes=4611686018427387904, degree=1\)"),
+        (lambda: datasets.uniform_graph(2**31, 2**31), r"uniform_graph\(num_nodes=2147483648, degree=2147483648\)"),
+    ],
+)
+def test_generators_name_sizes_beyond_an_address_space(call, message):
+    # was NumPy's "array is too big", or the process killed writing an overcommitted array
+    with pytest.raises(ValueError, match=message + " needs .* bytes of arrays, more than an address space holds"):
+        call()
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: datasets.uniform_graph(10**5, 4), r"uniform_graph\(num_nodes=100000, degree=4\)"),
+        (lambda: datasets.rmat_graph(16, 8), r"rmat_graph\(scale=16, edge_factor=8\)"),
+        (lambda: datasets.contextual_sbm(10**4, 3), r"contextual_sbm\(num_nodes=10000, degree=10, num_features=16\)"),
+    ],
+)
+def test_generators_refuse_sizes_beyond_host_memory(monkeypatch, call, message):
+    """A graph whose arrays cannot fit this machine's memory is refused before any is made."""
+    from cupy_csrattn.datasets import base
+
+    monkeypatch.setattr(base, "host_memory_bytes", lambda: 2**20)
+    with pytest.raises(MemoryError, match=message + r" needs at least .* GiB of host memory; this machine has 0.0 GiB"):
+        call()
+    monkeypatch.setattr(base, "host_memory_bytes", lambda: None)  # a platform that does not say: no check
+    call()
+
+
+@pytest.mark.parametrize(
     "seed, error", [(-1, ValueError), ("x", TypeError), (1.5, TypeError), (True, TypeError), ([1, -2], ValueError)]
 )
 @pytest.mark.parametrize("generator", ["uniform_graph", "rmat_graph", "contextual_sbm"])

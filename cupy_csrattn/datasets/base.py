@@ -2,6 +2,7 @@
 
 import math
 import numbers
+import os
 
 import numpy as np
 
@@ -37,6 +38,27 @@ def check_product(names, *counts):
     """ValueError naming ``names`` when the product of ``counts`` (checked counts) exceeds MAX_COUNT."""
     if math.prod(counts) > MAX_COUNT:
         raise ValueError(f"{names} = {math.prod(counts)} is more than 2**62, the most a generator makes")
+
+
+def host_memory_bytes():
+    """This machine's physical memory in bytes, or None where the platform does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_host_memory(call, nbytes):
+    """Before a generator allocates: ValueError when the ``nbytes`` its arrays hold at least
+    exceed what an array can address, MemoryError when they exceed this machine's physical
+    memory (an allocation that large may succeed and be killed when written, taking the
+    process with it); ``call`` names the sizes that asked for them."""
+    if nbytes > np.iinfo(np.intp).max:
+        raise ValueError(f"{call} needs {nbytes} bytes of arrays, more than an address space holds")
+    available = host_memory_bytes()
+    if available is not None and nbytes > available:
+        need, have = nbytes / 2**30, available / 2**30
+        raise MemoryError(f"{call} needs at least {need:.1f} GiB of host memory; this machine has {have:.1f} GiB")
 
 
 def check_real(name, value, low=None, high=None):

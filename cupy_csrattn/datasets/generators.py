@@ -5,7 +5,15 @@ import warnings
 import numpy as np
 
 from cupy_csrattn import backend
-from cupy_csrattn.datasets.base import MAX_COUNT, check_count, check_product, check_real, csr_from_edges, index_dtype
+from cupy_csrattn.datasets.base import (
+    MAX_COUNT,
+    check_count,
+    check_host_memory,
+    check_product,
+    check_real,
+    csr_from_edges,
+    index_dtype,
+)
 from cupy_csrattn.graph import CSRGraph
 
 _RMAT_CHUNK = 1 << 18
@@ -52,6 +60,10 @@ def uniform_graph(num_nodes, degree, *, num_src=None, seed=0):
     if num_edges and num_src == 0:
         raise ValueError("num_src must be >= 1 when the graph has edges")
     dtype = index_dtype(num_src, num_edges)
+    size = np.dtype(dtype).itemsize  # indptr made in int64, then cast; the indices
+    check_host_memory(
+        f"uniform_graph(num_nodes={num_nodes}, degree={degree})", (num_nodes + 1) * (8 + size) + num_edges * size
+    )
     indptr = (np.arange(num_nodes + 1, dtype=np.int64) * degree).astype(dtype)
     indices = _rng(seed).integers(0, max(num_src, 1), num_edges, dtype=dtype)
     return CSRGraph(indptr, indices, num_src, check="fast")
@@ -109,6 +121,11 @@ def rmat_graph(
     num_nodes = 1 << scale
     num_edges = edge_factor * num_nodes
     work = np.int32 if scale <= 30 else np.int64
+    # the edges' two work arrays, then the graph's indices and indptr
+    size = np.dtype(work).itemsize
+    check_host_memory(
+        f"rmat_graph(scale={scale}, edge_factor={edge_factor})", num_edges * 3 * size + (num_nodes + 1) * size
+    )
     dst = np.empty(num_edges, dtype=work)
     src = np.empty(num_edges, dtype=work)
     # Chunks of edges small enough to stay in cache through all `scale` passes (3x faster
@@ -191,6 +208,12 @@ def contextual_sbm(num_nodes, num_classes, *, degree=10, homophily=0.8, num_feat
     if degree * num_nodes >= MAX_COUNT:
         raise ValueError(f"degree * num_nodes = {degree * num_nodes:g} edges is more than 64-bit indices can address")
     check_product("num_nodes * num_features", num_nodes, num_features)
+    # the int64 node arrays (labels, members, degrees), the features drawn in float64 and
+    # returned in float32, and per expected edge its class, source class and offset in int64
+    check_host_memory(
+        f"contextual_sbm(num_nodes={num_nodes}, degree={degree:g}, num_features={num_features})",
+        num_nodes * 24 + num_nodes * num_features * 20 + int(num_nodes * degree) * 24,
+    )
     rng = _rng(seed)
     labels = rng.permutation(np.arange(num_nodes, dtype=np.int64) % num_classes)
     members = np.argsort(labels, kind="stable")  # node ids grouped by class
