@@ -40,10 +40,6 @@ __device__ constexpr bool softmax_kind(int kind) { return kind == SOFTMAX_TWO_PA
 // The weight call of a functor W: none is set only by the WEIGHTS_OR_NONE kind's.
 template <int KIND>
 struct KindTag {};
-template <bool B>
-struct BoolTag {
-    static constexpr bool value = B;
-};
 template <class W, int KIND>
 __device__ __forceinline__ acc_t edge_weight(const W& w, i64 e, i64 row, i64 col, int head, bool&, KindTag<KIND>) {
     return w(e, row, col, head);
@@ -131,8 +127,8 @@ __device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num
                 }
             }
             weight_sum += my_weight;
-            // The batch's gathers; with CheckNone, none of the (edge, head) pairs in none_lanes.
-            const auto gather = [&](auto check_none) {
+            // The batch's gathers; with check_none, none of the (edge, head) pairs in none_lanes.
+            const auto gather = [&](bool check_none) {
 #pragma unroll 4
                 for (int k = 0; k < batch; ++k) {
                     i64 col = __shfl_sync(FULL_MASK, my_col, k * H);
@@ -141,7 +137,7 @@ __device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num
                     for (int t = 0; t < BATCH_ACC; ++t) {
                         acc_t weight = __shfl_sync(FULL_MASK, my_weight, k * H + head[t]);
                         if (!valid[t]) continue;
-                        if (decltype(check_none)::value && (none_lanes >> (k * H + head[t]) & 1u)) continue;
+                        if (check_none && (none_lanes >> (k * H + head[t]) & 1u)) continue;
                         acc_t x[VEC];
                         load_vec<VEC>(x_row + WARP * VEC * t, x);
 #pragma unroll
@@ -152,9 +148,9 @@ __device__ __forceinline__ void aggregate_rows_batched(const i64* items, i64 num
             // none_lanes is the warp's (a ballot) and almost always 0: the test per gather only
             // where it is not, so that the common loop carries no test and no extra register.
             if (W::KIND == WEIGHTS_OR_NONE && none_lanes != 0) {
-                gather(BoolTag<true>());
+                gather(true);
             } else {
-                gather(BoolTag<false>());
+                gather(false);
             }
         }
         acc_t row_sum = 0;
