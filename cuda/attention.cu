@@ -749,11 +749,14 @@ __device__ __forceinline__ void attention_span(SPAN_ARGS) {
 // 0.89-0.95x the time on the three graphs. With sixteen (float32 H = 8, D = F = 64) the dot
 // forward spilled 580-640 bytes at four and fits two (127 registers): 0.39-0.48x the time in
 // float32, 0.72-0.79x in float16; the float32 gat forward fits three (80, no spills): 0.75-0.86x;
-// the float16 gat forward at three ran 0.996-1.021x (kept at four).
+// the float16 gat forward at three ran 0.996-1.021x (kept at four). The float32 gat source pass
+// of width < 8 grew to 68 registers (three blocks) with the test for rows without weight: at
+// four (64, no spills) its backward, H = 8, F = 16, ran 0.97x / 0.95x the uncapped time on the
+// uniform and R-MAT graphs (H100).
 __host__ __device__ constexpr int span_min_blocks(int stage, int kind, int width) {
     return kind != SCORE_DOT && kind != SCORE_GAT ? 1
            : stage == SPAN_FORWARD                ? (width < 8 ? 4 : kind == SCORE_GAT ? (width < 16 || sizeof(scalar_t) == 2 ? 4 : 3) : width < 16 ? 3 : 2)
-           : kind == SCORE_GAT && stage == SPAN_SOURCES && sizeof(scalar_t) == 2 ? 4
+           : kind == SCORE_GAT && stage == SPAN_SOURCES && (sizeof(scalar_t) == 2 || width < 8) ? 4
            : kind == SCORE_DOT && sizeof(scalar_t) == 2 ? 3
                                                   : 1;
 }
