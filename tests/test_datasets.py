@@ -1110,6 +1110,16 @@ def test_add_self_loops_fill_must_fit_the_values():
     assert values.tolist() == [True, True, True]
 
 
+@pytest.mark.parametrize(
+    "values", [np.array(["a"]), np.array(["2026-01-01"], dtype="datetime64[D]"), np.array([object()], dtype=object)]
+)
+def test_add_self_loops_values_must_be_numbers(values):
+    # the loops' value was fill_value cast to the values' kind: the text "1", one day after 1970, the float 1.0
+    g = ca.CSRGraph(np.array([0, 1, 1]), np.array([1]), 2)
+    with pytest.raises(TypeError, match=f"^values must hold numbers .*, got dtype {re.escape(str(values.dtype))}$"):
+        datasets.add_self_loops(g, values)
+
+
 def test_add_self_loops_fill_of_any_size_and_shape():
     g = ca.CSRGraph(np.array([0, 1, 1]), np.array([1]), 2)  # two loops added
     _, values = datasets.add_self_loops(g, np.array([5.0]), fill_value=2**70)  # was "fill_value must be a number"

@@ -302,6 +302,8 @@ def add_self_loops(graph, values=None, *, fill_value=1.0, skip_existing=True):
         return result
     xp = graph.xp
     values = xp.asarray(backend.as_array("values", values))  # as_array: a masked array is refused
+    if values.dtype.kind not in "biufc":  # a loop's value would be fill_value cast to text, a date, an object
+        raise TypeError(f"values must hold numbers (bool, integer, floating or complex), got dtype {values.dtype}")
     if values.shape[:1] != (num_edges,):
         raise ValueError(
             f"values has {values.shape[0] if values.ndim else 0} rows, but the graph has {num_edges} edges"
@@ -326,8 +328,6 @@ def _fill_for(dtype, fill_value):
     number for real values, is refused rather than cut.
     """
     fill = np.asarray(fill_value.get() if backend.is_cupy_array(fill_value) else fill_value)
-    if dtype.kind not in "biufc":
-        return fill
     if fill.dtype == object and isinstance(fill_value, int):  # a Python int beyond 64 bits
         try:
             fill = np.asarray(float(fill_value) if dtype.kind in "fc" else None)
