@@ -196,6 +196,20 @@ def test_spmm_without_weights_is_still_all_ones_for_a_csrgraph_and_a_tuple(xp):
         check_result(xp, ca.spmm(g, None, to_xp(xp, X)), expected, np.float64)
 
 
+@pytest.mark.parametrize("data", [np.arange(6.0), np.arange(8.0), np.ones((7, 2))], ids=["short", "long", "2-D"])
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+def test_spmm_of_a_matrix_whose_data_do_not_match_its_entries_names_its_data(fmt, data):
+    """Data set on a matrix after it was built, not one weight per stored entry: they raised
+    IndexError or scipy's error, or gave a result from some of them (a longer or a 2-D array)."""
+    A = _matrix(np, fmt)
+    A.data = data
+    X, G = np.ones((5, 3)), np.ones((4, 3))
+    with pytest.raises(ValueError, match=r"^graph\.data "):
+        ca.spmm(A, None, X)
+    with pytest.raises(ValueError, match=r"^graph\.data "):
+        ca.spmm_backward(A, None, X, G)
+
+
 def test_spmm_of_a_complex_matrix_names_its_data():
     A = _matrix(np, "csr", data=np.ones(7, np.complex128))
     with pytest.raises(TypeError, match="graph.data"):

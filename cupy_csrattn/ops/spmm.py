@@ -13,16 +13,21 @@ from cupy_csrattn.ops.placement import Placement
 from cupy_csrattn.ops.registry import register
 
 
-def _matrix_weights(graph, values):
+def _matrix_weights(graph, g, values):
     """With weights=None: the sparse matrix's data as (E,) weights, else None (all ones).
 
-    Integer or bool data (an adjacency matrix) take the dtype of values, where ``A @ X`` would
-    promote int32 and int64 data to float64; a ValueError where they pass float16's range
-    with float16 values. Floating-point data take part in the result dtype like any weights.
+    The data must hold one weight per stored entry (``g``, the matrix's graph, has one edge
+    per entry): a ValueError naming graph.data otherwise. Integer or bool data (an adjacency
+    matrix) take the dtype of values, where ``A @ X`` would promote int32 and int64 data to
+    float64; a ValueError where they pass float16's range with float16 values. Floating-point
+    data take part in the result dtype like any weights.
     """
     if not (scipy.sparse.issparse(graph) or backend.is_cupyx_sparse(graph)):
         return None
     data = backend.as_array("graph.data", graph.data)
+    if data.ndim != 1:
+        raise ValueError(f"graph.data must be 1-D, one weight per stored entry, got shape {tuple(data.shape)}")
+    _validate.edge_array("graph.data", data, g)
     if data.dtype.kind in "biu" and values.dtype in _validate.FLOAT_DTYPES:
         _fits_float16("graph.data", data, values.dtype)
         return data.astype(values.dtype)
@@ -48,7 +53,7 @@ def _check(graph, g, weights, values):
     values = _validate.float_array("values", values)
     if weights is None:
         heads, features = _validate.node_array("values", values, g.num_src, "source")
-        weights = _matrix_weights(graph, values)
+        weights = _matrix_weights(graph, g, values)
         return weights, values, heads, "values", features, weights is not None and heads != ()
     weights = _validate.float_array("weights", weights)
     heads = _validate.edge_array("weights", weights, g)
