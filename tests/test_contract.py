@@ -2,6 +2,8 @@
 reference, on hypothesis-generated graphs and on the named graphs that break kernels; and
 the op registry against the case table, the reference, the public names and the kernels."""
 
+import signal
+
 import numpy as np
 import pytest
 from helpers import HYP, case_params
@@ -56,6 +58,28 @@ def test_zero_sized_axes(xp, case, H, F):
     1031 features: rows too wide for the head-span kernels, whose row kernels divided the warp
     by the head count (on the GPU, a division by zero and a launch that never ended)."""
     check_case(xp, case, named_graph("odd_sizes"), H, F, np.float64, seed=4)
+
+
+def _alarm(signum, frame):
+    raise TimeoutError("the call ran past its time limit")
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs signal.SIGALRM")
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_empty_arrays_of_many_heads_return_at_once(case):
+    """Arrays of size 0 whose trailing shape is 2**40 heads (a graph without nodes): nothing to
+    compute. The CPU backend's loops over the heads ran anyway (2**40 steps: a hang)."""
+    graph = ca.CSRGraph(np.zeros(1, np.int64), np.zeros(0, np.int64), num_src=0)
+    args, kwargs = case.make(np.random.default_rng(0), graph, (2**40,), 0, np.float64)
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(10)
+    try:
+        results = case.run(graph, args, kwargs)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    for result in results:
+        assert result is None or (result.size == 0 and 2**40 in result.shape)
 
 
 # ------------------------------------------------------------------ the op registry

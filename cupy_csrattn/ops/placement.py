@@ -32,6 +32,7 @@ class Placement:
         self._inputs = [a for a in arrays if isinstance(a, self.xp.ndarray)]
         self._scatter = []  # (work, result): edge outputs, scattered into the matrix's order
         self._copies = []  # (work, out): results for an out= that shares memory with an input
+        self._outputs = []  # every array handed to the backend to write
 
     def run(self, op, *args, **optional):
         """Compute registered op ``op`` on this call's device: its backend function with the
@@ -42,6 +43,8 @@ class Placement:
         compute = op.backend(self.on_gpu)
         if self.on_gpu:
             compute(self.graph, *args, **given)
+        elif self._outputs and not any(work.size for work in self._outputs):
+            pass  # nothing to write; the CPU backend's loops over heads would still run (2**40 heads of size 0)
         else:
             # IEEE arithmetic, as on the GPU: NaN and +-inf inputs give the NaN and +-inf results
             # each op documents, not NumPy's floating-point warnings (or, under
@@ -97,6 +100,11 @@ class Placement:
         """(array handed to the backend, array returned to the caller)."""
         if out is not None:
             _validate.out_array(name, out, shape, dtype, self.on_gpu)
+        work, result = self._output(out, shape, dtype, canonical_shape, edge)
+        self._outputs.append(work)
+        return work, result
+
+    def _output(self, out, shape, dtype, canonical_shape, edge):
         if edge and self.edge_order is not None:
             recording.other_work("edge outputs are scattered into a matrix's order")
             result = out if out is not None else self.xp.empty(shape, dtype)
@@ -124,3 +132,4 @@ class Placement:
             out.reshape(work.shape)[...] = work
         self._scatter.clear()
         self._copies.clear()
+        self._outputs.clear()
