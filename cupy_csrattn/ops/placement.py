@@ -32,7 +32,7 @@ class Placement:
         self._inputs = [a for a in arrays if isinstance(a, self.xp.ndarray)]
         self._scatter = []  # (work, result): edge outputs, scattered into the matrix's order
         self._copies = []  # (work, out): results for an out= that shares memory with an input
-        self._outputs = []  # every array handed to the backend to write
+        self._outputs = []  # CPU calls: every array handed to the backend to write
 
     def run(self, op, *args, **optional):
         """Compute registered op ``op`` on this call's device: its backend function with the
@@ -101,7 +101,8 @@ class Placement:
         if out is not None:
             _validate.out_array(name, out, shape, dtype, self.on_gpu)
         work, result = self._output(out, shape, dtype, canonical_shape, edge)
-        self._outputs.append(work)
+        if not self.on_gpu:
+            self._outputs.append(work)
         return work, result
 
     def _output(self, out, shape, dtype, canonical_shape, edge):
