@@ -209,6 +209,24 @@ def test_partition_sums_are_added_in_partition_order():
     assert parts[0].tolist() == [2.0**26]  # the first partition's own array is left as it was
 
 
+def test_a_row_without_weight_leaves_other_partitions_rows_as_they_were(client):
+    """Row 0's scores are all -inf (x_dst -inf): the single-device softmax computes that row
+    shifted by its maximum; row 1, in the other partition, must come out as the whole graph
+    gives it. The CPU softmax shifted every row of a graph holding such a row, so row 1's
+    float32 lse was 1.3632824 on one device and 1.3632826 on its own partition."""
+    graph = ca.CSRGraph(np.array([0, 2, 4]), np.array([0, 1, 0, 1]), 2)
+    pg = cad.PartitionedGraph.from_graph(graph, client, 2)
+    assert pg.row_chunks == (1, 1)
+    x_dst = np.array([[-np.inf], [0.8]], np.float32)
+    x_src = np.array([[0.3], [-1.3]], np.float32)
+    att = np.array([1.0], np.float32)
+    want_out, want_lse = ca.gatv2_attention(graph, x_dst, x_src, att, return_lse=True)
+    out, lse = cad.gatv2_attention(pg, pg.as_node_array(x_dst), pg.as_node_array(x_src, "src"), att, return_lse=True)
+    assert np.isneginf(want_lse[0])
+    np.testing.assert_array_equal(lse.compute(), want_lse)
+    np.testing.assert_array_equal(out.compute(), want_out)
+
+
 def test_results_chain_into_the_next_op(client, partitioned):
     """A forward's dask results feed its backward as they are; from_scipy partitions a matrix."""
     A = scipy.sparse.random_array((40, 40), density=0.1, format="csr", rng=4)

@@ -88,6 +88,23 @@ def test_out_of_range_scores_on_long_rows(xp, dtype):
     check_result(xp, out, ref.attention_aggregate(graph.indptr, graph.indices, scores, values)[0], dtype)
 
 
+@pytest.mark.parametrize("other", [-np.inf, 1e4, np.nan])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_cpu_row_does_not_depend_on_the_other_rows(dtype, other):
+    """A row's weights and lse on the CPU are the same beside a row of all -inf, an overflowing
+    or a NaN score as alone: every row of a graph was shifted by its maximum as soon as one
+    row needed it, so that a row's rounding depended on the others' scores (and a
+    partitioned graph's rows differed from the whole graph's)."""
+    row = np.random.default_rng(8).standard_normal((40, 2)).astype(dtype)
+    scores = np.concatenate([np.full((5, 2), other, dtype), row])
+    values = np.ones((2, 2, 1), dtype)
+    _, lse = ca.attention_aggregate(from_rows([[0] * 5, [1] * 40], 2), scores, values, return_lse=True)
+    _, alone = ca.attention_aggregate(from_rows([[1] * 40], 2), row, values, return_lse=True)
+    assert np.array_equal(lse[1], alone[0])
+    probs = ca.edge_softmax(from_rows([[0] * 5, [1] * 40], 2), scores)
+    assert np.array_equal(probs[5:], ca.edge_softmax(from_rows([[1] * 40], 2), row))
+
+
 @pytest.mark.parametrize("dtype, low", [(np.float32, -87.0), (np.float64, -708.0)])
 def test_small_probabilities_are_accurate_to_their_own_size(xp, dtype, low):
     """Scores near the bottom of exp's range: the smallest weights' exps are subnormal

@@ -49,8 +49,10 @@ def softmax(graph, scores, out=None, lse=None):
     enough that its largest term is a normal number (sum >= tiny * 2**63 >= tiny *
     degree). The unshifted exps are then as accurate as shifted ones (more: score - max
     is not rounded), and terms that underflowed are below 2**-63 of their row's sum.
-    Otherwise (scores out of range, rows of -inf, NaN) the softmax is computed again with
-    the row maximum subtracted.
+    Otherwise (scores out of range, rows of -inf, NaN) the rows and heads whose sums are
+    not so are computed again with their row maximum subtracted; the others keep the raw
+    scores, so that a row's result never depends on another row's scores (the distributed
+    ops, on a block of rows, give the whole graph's results).
     """
     return softmax_weights(graph, scores, out, lse)[0]
 
@@ -64,12 +66,14 @@ def softmax_weights(graph, scores, out=None, lse=None):
     probs = _work_array(out, scores.shape, scores.dtype)
     row_lse = None if lse is None else np.empty(lse.shape, dtype=scores.dtype)
     weightless = None
-    if not _softmax_rows(graph, scores, None, probs, row_lse):
+    in_range = _softmax_rows(graph, scores, None, probs, row_lse)
+    if in_range is not None:
         shift = segment_max(graph, scores)
         # Rows of only -inf (or no) scores: shift by 0, so that their exps are 0, not NaN.
         weightless = np.isneginf(shift)
-        shift[weightless] = 0
-        _softmax_rows(graph, scores, shift, probs, row_lse)
+        # Rows and heads in range keep their unshifted results (a shift of 0 gives the same).
+        shift[weightless | in_range] = 0
+        _softmax_rows(graph, scores, shift, probs, row_lse, done=in_range)
     if lse is not None:
         write(lse, row_lse)
     return probs, weightless
@@ -81,18 +85,23 @@ def zero_weightless(out, weightless):
         out[weightless] = 0
 
 
-def _softmax_rows(graph, scores, shift, probs, lse):
+def _softmax_rows(graph, scores, shift, probs, lse, done=None):
     """probs = exp(scores - shift[row]) / row sums, lse = log(row sums) + shift, by row blocks.
 
-    shift=None means no shift; then returns False (probs and lse half written) as soon as
-    a row's sum is out of the range where that is accurate (see ``softmax``).
+    shift=None means no shift; then returns None when every row's sum is in the range where
+    that is accurate (see ``softmax``), else the (N, H) bool mask of the rows and heads whose
+    sums are (empty rows count as in range; the others' probs and lse are then wrong).
+    done: an (N, H) mask of rows and heads already computed; blocks of only those are skipped.
     """
+    in_range = None
     if shift is None:
         info = np.finfo(scores.dtype)
         smallest_total, largest_total = info.tiny * 2.0**63, info.max
     blocks = row_blocks(graph, scores.shape[1])
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for block in blocks:
+            if done is not None and done[block.rows].all():
+                continue
             exps = probs[block.edges]
             if shift is None:
                 np.exp(scores[block.edges], out=exps)
@@ -106,7 +115,9 @@ def _softmax_rows(graph, scores, shift, probs, lse):
                 if not fine.all():
                     fine[block.degrees == 0] = True  # empty rows: sum 0, nothing to divide
                     if not fine.all():
-                        return False
+                        if in_range is None:
+                            in_range = np.ones((graph.num_dst, scores.shape[1]), dtype=bool)
+                        in_range[block.rows] = fine
             if lse is not None:
                 row_lse = lse[block.rows]
                 np.log(total, out=row_lse)  # log(0) = -inf for empty and all -inf rows
@@ -117,7 +128,7 @@ def _softmax_rows(graph, scores, shift, probs, lse):
                 # scores are -inf; then its exps are all 0, and dividing by 1 keeps them.
                 total[total == 0] = 1
             np.divide(exps, np.repeat(total, block.degrees, axis=0), out=exps)
-    return True
+    return in_range
 
 
 def probs_from_lse(graph, scores, lse):
