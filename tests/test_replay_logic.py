@@ -465,21 +465,41 @@ def test_a_graph_sets_only_the_arguments_that_changed(public, monkeypatch):
     assert fake.graph_launches == 5
 
 
-def test_a_replay_returns_its_results_in_one_allocation_and_frees_its_scratch(public, monkeypatch):
-    """A replay allocates one block for the arrays it returns (each at an offset aligned for
-    any vector load) and another for its scratch, which no result holds; a returned array
-    alone in its block is allocated as itself."""
+@pytest.mark.parametrize("scratch_with_results", [1 << 16, 0])
+def test_a_replay_returns_its_results_in_one_allocation_with_or_without_its_scratch(
+    public, monkeypatch, scratch_with_results
+):
+    """A replay allocates one block for the arrays it returns, each at an offset aligned for
+    any vector load. Its scratch joins that block when it is small (SCRATCH_WITH_RESULTS),
+    else takes another block, which no result holds: every replay frees that one."""
     fake = FakeDriver()
     monkeypatch.setattr(cuda_graph, "driver", fake.functions)
+    monkeypatch.setattr(replay, "SCRATCH_WITH_RESULTS", scratch_with_results)
     op, graph = replay.replayed(staged), FakeGraph()
     for seed in range(2):  # the full call, the recorded one
         op(graph, _x(seed))
     (record,) = graph.cache["replay records"].values()
+    allocated = []
+    allocate = backend.cupy.cuda.alloc
+    monkeypatch.setattr(backend.cupy.cuda, "alloc", lambda n: allocated.append(n) or allocate(n))
     out, right = op(graph, _x(2))
+    np.testing.assert_array_equal(
+        out.values,
+        np.float32(2.0) * (np.float32(2.0) * (np.float32(2.0) * _x(2).values + TABLE.values) + TABLE.values)
+        + TABLE.values,
+    )
     (held, _), (other, _) = _block_at(out.data.ptr), _block_at(right.data.ptr)
     assert held == other and {out.data.ptr - held, right.data.ptr - held} == {0, replay.ALIGNMENT}
-    # out and right, then mid and left
-    assert [(size, alone) for size, alone, _ in record._blocks] == [(2 * replay.ALIGNMENT, False)] * 2
+    # right and out, then mid and left (six float32 each: one aligned step apiece)
+    if scratch_with_results:
+        assert allocated == [4 * replay.ALIGNMENT]
+        assert [size for size, _ in record._blocks] == [4 * replay.ALIGNMENT]
+    else:
+        assert allocated == [2 * replay.ALIGNMENT] * 2
+        assert [size for size, _ in record._blocks] == [2 * replay.ALIGNMENT] * 2
+        assert [shape is None for _, members in record._blocks for _, _, shape, _ in members] == [False] * 2 + [
+            True
+        ] * 2
 
 
 def reshaped(graph, x):

@@ -6,7 +6,7 @@ arrays, the values of the scalars, the current device. Once validated and run, s
 is recorded: the kernels it launched (grids, argument tuples) and the arrays it allocated
 (outputs and scratch). A later call with the same description skips validation, placement and the
 launchers' choices: it allocates fresh memory for the recorded arrays (one block for the
-arrays it returns, one for its scratch), writes the addresses of the caller's arrays and the
+arrays it returns and a small scratch, another for a large scratch), writes the addresses of the caller's arrays and the
 new ones into the kernels' argument slots where the recorded call had its own, and launches
 the same kernels in the same order on the current stream. The results are those of
 the full call, bit for bit, because it is the same work.
@@ -161,10 +161,12 @@ class Replay:
 
     def _place_allocations(self, allocations):
         """Where a replay puts each recorded allocation. The arrays the call returns share one
-        block of memory, its scratch another (freed when the call returns, so that no result
-        holds it), each array at an offset aligned as a fresh allocation's start is for any
-        vector load. A returned array alone in its block is allocated as itself.
-        ``_blocks``: (bytes, alone, members), members (index, offset, shape to return or None)."""
+        block of memory, each at an offset aligned as a fresh allocation's start is for any
+        vector load. Its scratch joins that block when it is small (SCRATCH_WITH_RESULTS),
+        else takes a block of its own, freed when the call returns so that no result holds it.
+        A returned array alone, with no scratch, is allocated as itself.
+        ``_blocks``: (bytes, members) per block, members (index, offset, shape to return or
+        None, dtype); ``_lone``: (shape, dtype) of that lone array, else None."""
         returned = {}
 
         def collect(template):
@@ -176,40 +178,41 @@ class Replay:
                     collect(part)
 
         collect(self.result)
-        self._dtypes = [array.dtype for array in allocations]
+        results = [index for index in range(len(allocations)) if index in returned]
+        scratch = [index for index in range(len(allocations)) if index not in returned]
+        scratch_bytes = sum(_aligned(allocations[index].nbytes) for index in scratch)
+        if results and scratch_bytes <= SCRATCH_WITH_RESULTS:
+            groups = [results + scratch]
+        else:
+            groups = [group for group in (results, scratch) if group]
         self._blocks = []
-        for keep in (True, False):
+        for group in groups:
             members, size = [], 0
-            for index, array in enumerate(allocations):
-                if (index in returned) == keep:
-                    members.append((index, size, returned.get(index)))
-                    size += -(-array.nbytes // ALIGNMENT) * ALIGNMENT
-            if members:
-                self._blocks.append((size, keep and len(members) == 1, members))
-        self._lone = None  # the shape of the one array of a call that returns it and uses no scratch
-        if len(self._blocks) == 1 and self._blocks[0][1]:
-            self._lone = self._blocks[0][2][0][2]
+            for index in group:
+                members.append((index, size, returned.get(index), allocations[index].dtype))
+                size += _aligned(allocations[index].nbytes)
+            self._blocks.append((size, members))
+        self._num_allocations = len(allocations)
+        self._lone = None
+        if len(self._blocks) == 1 and len(self._blocks[0][1]) == 1 and results:
+            _, _, shape, dtype = self._blocks[0][1][0]
+            self._lone = shape, dtype
 
     def _allocate(self):
         """(memory, addresses, arrays) of a replay: the blocks of memory it allocated (to be held
         until its kernels are launched), the address of each allocation and the array of each
         returned one (None for scratch), by allocation index."""
-        cupy, dtypes = backend.cupy, self._dtypes
-        ndarray = cupy.ndarray
-        memory, addresses, arrays = [], [0] * len(dtypes), [None] * len(dtypes)
-        for size, alone, members in self._blocks:
-            if alone:
-                ((index, _, shape),) = members
-                array = arrays[index] = ndarray(shape, dtypes[index])
-                addresses[index] = array.data.ptr
-                continue
-            block = cupy.cuda.alloc(size)
+        cupy = backend.cupy
+        ndarray, alloc = cupy.ndarray, cupy.cuda.alloc
+        memory, addresses, arrays = [], [0] * self._num_allocations, [None] * self._num_allocations
+        for size, members in self._blocks:
+            block = alloc(size)
             memory.append(block)
             start = block.ptr
-            for index, offset, shape in members:
+            for index, offset, shape, dtype in members:
                 addresses[index] = start + offset
                 if shape is not None:
-                    arrays[index] = ndarray(shape, dtypes[index], block + offset if offset else block)
+                    arrays[index] = ndarray(shape, dtype, block + offset if offset else block)
         return memory, addresses, arrays
 
     @staticmethod
@@ -235,12 +238,12 @@ class Replay:
         # new: the address of each allocation; memory: the blocks holding them, held until the
         # kernels are launched (freed earlier, the pool could hand them to another array)
         if self._lone is not None:  # most ops: one returned array, no scratch
-            array = cupy.ndarray(self._lone, self._dtypes[0])
+            array = cupy.ndarray(*self._lone)
             memory, new, returned = None, [array.data.ptr], [array]
         else:
             memory, new, returned = self._allocate()
         stream = cupy.cuda.get_current_stream()
-        where = [*addresses, *new]  # the address of each array, the caller's then the allocations'
+        where = addresses + new  # the address of each array, the caller's then the allocations'
         with self._lock:
             for values, position, index, offset in self._writes:
                 values[position] = where[index] + offset
@@ -276,6 +279,16 @@ def _picker(template, num_arrays):
 # Offsets of a replay's allocations in its blocks: CuPy's memory pool aligns each allocation
 # to 512 bytes, and the launchers chose vector loads (up to 16 bytes) for the recorded ones.
 ALIGNMENT = 256
+
+# A call's scratch of at most this many bytes shares the block of the arrays it returns: a
+# pool allocation and its free cost the host about a third of a bare kernel launch, and the
+# calls whose host time matters (their GPU work is short) have small scratch. The results of
+# such a call hold at most this much more memory.
+SCRATCH_WITH_RESULTS = 64 * 1024
+
+
+def _aligned(nbytes):
+    return -(-nbytes // ALIGNMENT) * ALIGNMENT
 
 
 # Records of fewer kernels launch them directly: a graph costs a launch of its own. Measured on
