@@ -6,6 +6,7 @@ GPU, runs on the GPU backend. CuPy is optional: without it every op runs on the 
 """
 
 import functools
+import os
 import sys
 
 import numpy as np
@@ -145,6 +146,30 @@ def may_share_memory(a, b):
     a_first, a_last = _byte_bounds(a)
     b_first, b_last = _byte_bounds(b)
     return a_first < b_last and b_first < a_last
+
+
+def host_memory_bytes():
+    """This machine's physical memory in bytes, or None where the platform does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_memory(what, nbytes, on_gpu):
+    """Before arrays of ``nbytes`` in all are made: ValueError when that is more than an array
+    can address, MemoryError when more than this machine's physical memory (on_gpu: the current
+    GPU's), where an allocation may succeed and the process be killed when it is written, or
+    the allocator's error name no argument; ``what`` names the sizes that asked for them."""
+    if nbytes > np.iinfo(np.intp).max:
+        raise ValueError(f"{what} needs {nbytes} bytes of arrays, more than an address space holds")
+    if on_gpu:
+        available, kind, holder = cupy.cuda.Device().mem_info[1], "GPU", "this GPU"
+    else:
+        available, kind, holder = host_memory_bytes(), "host", "this machine"
+    if available is not None and nbytes > available:
+        need, have = nbytes / 2**30, available / 2**30
+        raise MemoryError(f"{what} needs at least {need:.1f} GiB of {kind} memory; {holder} has {have:.1f} GiB")
 
 
 def array_module(on_gpu):

@@ -257,6 +257,9 @@ class CSRGraph:
 
         def build():
             xp = self.xp
+            # its indptr and the counts it sums, one entry per source node each
+            nbytes = (self.num_src + 1) * self.indptr.dtype.itemsize + self.num_src * 8
+            backend.check_memory(f"the transpose of a graph of num_src={self.num_src}", nbytes, on_gpu=xp is not np)
             if xp is np:
                 perm = np.argsort(self.indices, kind="stable")
             else:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cupy_csrattn as ca
-from cupy_csrattn import datasets
+from cupy_csrattn import backend, datasets
 
 
 def _mmread_dense(path):
@@ -124,12 +124,10 @@ def test_generators_name_sizes_beyond_an_address_space(call, message):
 )
 def test_generators_refuse_sizes_beyond_host_memory(monkeypatch, call, message):
     """A graph whose arrays cannot fit this machine's memory is refused before any is made."""
-    from cupy_csrattn.datasets import base
-
-    monkeypatch.setattr(base, "host_memory_bytes", lambda: 2**20)
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 2**20)
     with pytest.raises(MemoryError, match=message + r" needs at least .* GiB of host memory; this machine has 0.0 GiB"):
         call()
-    monkeypatch.setattr(base, "host_memory_bytes", lambda: None)  # a platform that does not say: no check
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: None)  # a platform that does not say: no check
     call()
 
 

@@ -2,10 +2,10 @@
 
 import math
 import numbers
-import os
 
 import numpy as np
 
+from cupy_csrattn import backend
 from cupy_csrattn._validate import finite_float
 from cupy_csrattn.graph import CSRGraph
 from cupy_csrattn.index_arrays import NODES_ALWAYS_ALLOWED, NODES_PER_EDGE, node_limit
@@ -40,25 +40,10 @@ def check_product(names, *counts):
         raise ValueError(f"{names} = {math.prod(counts)} is more than 2**62, the most a generator makes")
 
 
-def host_memory_bytes():
-    """This machine's physical memory in bytes, or None where the platform does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
 def check_host_memory(call, nbytes):
-    """Before a generator allocates: ValueError when the ``nbytes`` its arrays hold at least
-    exceed what an array can address, MemoryError when they exceed this machine's physical
-    memory (an allocation that large may succeed and be killed when written, taking the
-    process with it); ``call`` names the sizes that asked for them."""
-    if nbytes > np.iinfo(np.intp).max:
-        raise ValueError(f"{call} needs {nbytes} bytes of arrays, more than an address space holds")
-    available = host_memory_bytes()
-    if available is not None and nbytes > available:
-        need, have = nbytes / 2**30, available / 2**30
-        raise MemoryError(f"{call} needs at least {need:.1f} GiB of host memory; this machine has {have:.1f} GiB")
+    """Before a generator allocates (see backend.check_memory); ``call`` names the sizes that
+    asked for ``nbytes`` of arrays."""
+    backend.check_memory(call, nbytes, on_gpu=False)
 
 
 def check_real(name, value, low=None, high=None):
