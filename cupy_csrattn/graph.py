@@ -318,6 +318,10 @@ def edges_to_graph(cls, src, dst, num_dst, num_src, names=("src", "dst"), count_
         if high >= count:
             raise ValueError(f"{name} must be < {count_name} = {count}, got {high}")
     check_row_count(dst_name, high_dst, count_names[0], num_dst, num_edges, inferred=dst_inferred)
+    indptr_dtype = np.dtype(np.int64 if num_edges > _INT32_MAX else src.dtype)
+    # the indptr and bincount's int64 counts, one entry per destination node each
+    nbytes = (num_dst + 1) * indptr_dtype.itemsize + num_dst * 8
+    backend.check_memory(f"a graph of {count_names[0]}={num_dst}", nbytes, on_gpu=on_gpu)
     if xp is np and num_edges < (1 << 32) and num_dst <= _INT32_MAX:
         # One sort of distinct 64-bit keys (destination << 32 | input position): the order of a
         # stable argsort by destination, several times faster on large graphs.
@@ -328,7 +332,6 @@ def edges_to_graph(cls, src, dst, num_dst, num_src, names=("src", "dst"), count_
     else:
         perm = xp.argsort(dst, kind="stable") if xp is np else xp.argsort(dst)  # CuPy's sort is stable
     counts = xp.bincount(dst, minlength=num_dst) if num_edges else xp.zeros(num_dst, np.int64)  # host sync (GPU)
-    indptr_dtype = np.int64 if num_edges > _INT32_MAX else src.dtype
     indptr = xp.zeros(num_dst + 1, dtype=indptr_dtype)
     xp.cumsum(counts, out=indptr[1:])
     # Valid by construction: every id was checked above.

@@ -2,6 +2,7 @@
 
 import copy
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from strategies import csr_graphs, seeds
 
 import cupy_csrattn as ca
 import cupy_csrattn.testing.reference as ref
+from cupy_csrattn import backend
 from cupy_csrattn.testing.arrays import make_graph, to_xp
 from cupy_csrattn.testing.compare import array_module_of, check_result, to_np
 from cupy_csrattn.testing.graphs import SMALL_GRAPH_NAMES, from_rows, named_graph, num_dst_of, row_of_edges
@@ -305,6 +307,26 @@ def test_a_transpose_beyond_memory_names_num_src(xp, monkeypatch, num_src, error
     with pytest.raises(error, match=message):
         ca.edge_softmax(g, xp.ones((1, 2), xp.float32), norm_by="src")
     assert "transpose" not in g._cache and g.num_src == num_src
+
+
+@pytest.mark.parametrize("how", ["from_edge_index", "from_scipy"])
+def test_a_num_dst_beyond_memory_is_named_before_allocating(xp, monkeypatch, how):
+    """from_edge_index makes an indptr and bincount's counts of num_dst (+ 1) entries each: a
+    num_dst given that large raised NumPy's MemoryError naming no argument (8 TiB), or one
+    just under this machine's memory got the process killed. It is named now, before anything
+    of that size is allocated, as a COO matrix's shape[0] is."""
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 2**30)
+    count = 2**40
+    if how == "from_edge_index":
+        call = lambda: CSRGraph.from_edge_index(xp.asarray([0]), xp.asarray([0]), num_dst=count)
+        name = "num_dst"
+    else:
+        sparse = _sparse_namespace(xp, "matrix")
+        matrix = sparse.coo_matrix((xp.ones(1), (xp.asarray([0]), xp.asarray([0]))), shape=(count, 1))
+        call = lambda: CSRGraph.from_scipy(matrix)
+        name = "matrix.shape[0]"
+    with pytest.raises(MemoryError, match=rf"^a graph of {re.escape(name)}={count} needs at least .* GiB of .* memory"):
+        call()
 
 
 # ------------------------------------------------------------------ devices
