@@ -725,6 +725,18 @@ def test_edge_list_empty_file(tmp_path):
     assert graph.shape == (4, 4)
 
 
+@pytest.mark.parametrize("text", ["", "0 1\n"])
+@pytest.mark.parametrize("num_nodes, error", [(2**40, MemoryError), (2**61, ValueError)])
+def test_edge_list_num_nodes_beyond_memory_is_named(tmp_path, monkeypatch, text, num_nodes, error):
+    """An explicit num_nodes is taken as asked, but one whose indptr cannot fit this machine's
+    memory (or any address space) raised NumPy's MemoryError or "array is too big", naming
+    neither num_nodes nor the loader, or the error named from_edge_index's num_dst."""
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 2**30)
+    path = write(tmp_path / "e.txt", text)
+    with pytest.raises(error, match=rf"^load_edge_list\(num_nodes={num_nodes}\) needs "):
+        datasets.load_edge_list(path, num_nodes=num_nodes)
+
+
 @pytest.mark.parametrize(
     "text,kwargs,line,message",
     [

@@ -3,10 +3,9 @@
 import numpy as np
 
 from cupy_csrattn import backend
-from cupy_csrattn.datasets.base import check_count, too_many_nodes
-from cupy_csrattn.datasets.loading import as_result, check_options, finish, graph_of_edges
+from cupy_csrattn.datasets.base import check_count, check_host_memory, index_dtype, too_many_nodes
+from cupy_csrattn.datasets.loading import as_result, check_options, graph_of_edges
 from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, check_markers, read_bytes
-from cupy_csrattn.graph import CSRGraph
 
 
 def load_edge_list(
@@ -103,12 +102,14 @@ def load_edge_list(
         num_nodes = check_count("num_nodes", num_nodes)
         if num_nodes > MAX_NODE_ID:
             raise ValueError(f"num_nodes must be <= 2**62 (what 64-bit indices can address), got {num_nodes}")
+        # the graph's indptr and its row counts (int64), one entry per node each, before the file is read
+        nbytes = (num_nodes + 1) * np.dtype(index_dtype(num_nodes)).itemsize + num_nodes * 8
+        check_host_memory(f"load_edge_list(num_nodes={num_nodes})", nbytes)
     text = TextFile(path, read_bytes(path), comments, separators)
     first_line = next(text.data_lines(), None)
     if first_line is None:
-        n = num_nodes or 0
-        graph = CSRGraph(np.zeros(n + 1, np.int32), np.zeros(0, np.int32), n, check="none")
-        graph, values = finish(graph, None, add_self_loops, dtype, path)
+        n, empty = num_nodes or 0, np.zeros(0, np.int64)
+        graph, values = graph_of_edges(empty, empty, n, n, None, add_self_loops, dtype, path)
         return as_result(graph, values, return_values)
     line, tokens, _ = first_line
     ncol = len(tokens)
