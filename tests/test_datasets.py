@@ -855,6 +855,16 @@ def test_npz_malformed_scipy_archive_is_a_value_error(tmp_path, arrays):
         datasets.load_npz(path)
 
 
+@pytest.mark.parametrize("shape", [(3,), (2, 2, 2)])
+def test_npz_scipy_array_of_other_than_two_dimensions_is_refused(tmp_path, shape):
+    """scipy.sparse.save_npz writes 1-D and n-D sparse arrays too: a 1-D one raised IndexError
+    from the loader, a 3-D one a ValueError about csr_from_edges' arguments."""
+    path = tmp_path / "nd.npz"
+    scipy.sparse.save_npz(path, scipy.sparse.coo_array(np.ones(shape)))
+    with npz_error(path, f"a {len(shape)}-D sparse array", "2-D"):
+        datasets.load_npz(path)
+
+
 @pytest.mark.parametrize("compressed", [False, True])
 def test_npz_scipy_archive_of_float_indices_or_text_data_is_refused(tmp_path, compressed):
     """scipy's reader cut float index arrays to integers (row 1.5 became row 1) and kept text

@@ -216,6 +216,8 @@ def _graph_of_scipy_npz(path, archive, keys, transpose, max_nodes):
         raise
     except Exception as error:
         raise ValueError(f"not a valid scipy.sparse.save_npz file ({type(error).__name__}: {error})") from None
+    if matrix.ndim != 2:  # save_npz writes 1-D and n-D sparse arrays too
+        raise ValueError(f"holds a {matrix.ndim}-D sparse array of shape {matrix.shape}; a graph needs a 2-D matrix")
     # A dimension that the file holds an index pointer array for costs nothing more; the others
     # are only numbers in the file, and the graph may need an array that long.
     declared = {"csr": (1,), "bsr": (1,), "csc": (0,)}.get(matrix.format, (0, 1))
