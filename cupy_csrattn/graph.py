@@ -199,6 +199,13 @@ class CSRGraph:
         than the graph, and possibly being filled by another thread's op."""
         return {key: value for key, value in self.__dict__.items() if key != "_cache"}
 
+    def __copy__(self):
+        """The same arrays as they are (__setstate__ would make a copy=False graph's, the
+        caller's, read-only), none of the caches."""
+        twin = type(self).__new__(type(self))
+        twin.__dict__.update(self.__getstate__(), _cache={})
+        return twin
+
     def __setstate__(self, state):
         self.__dict__.update(state, _cache={})
         self.indptr, self.indices = _read_only(self.indptr), _read_only(self.indices)  # its own arrays now

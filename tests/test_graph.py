@@ -107,6 +107,23 @@ def test_copies_carry_the_arrays_not_the_caches(xp, how):
         np.testing.assert_array_equal(to_np(ca.edge_softmax(twin, scores, norm_by=norm_by)), want)
 
 
+def test_a_shallow_copy_leaves_shared_arrays_writeable():
+    """copy.copy of a graph that shares the caller's arrays (copy=False, or from_scipy's CSR
+    matrix) made those arrays read-only: the caller's arrays, and the matrix's, changed."""
+    import scipy.sparse
+
+    indptr, indices = np.array([0, 1, 2]), np.array([1, 0])
+    matrix = scipy.sparse.csr_matrix(np.eye(3))
+    for g in (CSRGraph(indptr, indices, copy=False), CSRGraph.from_scipy(matrix, copy=False)):
+        twin = copy.copy(g)
+        assert twin.indptr is g.indptr and twin.indices is g.indices and twin.shape == g.shape
+        assert twin._cache == {} and twin._cache is not g._cache
+    assert indptr.flags.writeable and indices.flags.writeable
+    assert matrix.indptr.flags.writeable and matrix.indices.flags.writeable
+    own = CSRGraph(indptr, indices)  # its own arrays stay read-only in a copy
+    assert not copy.copy(own).indptr.flags.writeable
+
+
 @pytest.mark.parametrize("empty", [[], ()])
 def test_empty_lists_are_index_arrays(empty):
     """np.asarray([]) is float64; an empty list of indices or edges is still a graph."""
