@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -680,6 +681,26 @@ def test_bench_graph_spec_beyond_the_generators_is_a_usage_error(capsys, monkeyp
     status, out, err = run_main(capsys, "bench", "--graph", "uniform:10,2", spec, "--device", "cpu")
     assert status == 2, err
     assert one_line(err).startswith(f"csrattn bench: error: --graph: bad graph spec '{spec}': {fragment}")
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    "spec,call",
+    [
+        ("uniform:1000000000000,0", "uniform_graph(num_nodes=1000000000000, degree=0)"),
+        ("rmat:34,1", "rmat_graph(scale=34, edge_factor=1)"),
+    ],
+)
+def test_bench_generated_graph_beyond_host_memory_fails_before_timing(capsys, monkeypatch, spec, call):
+    """A generated graph was built only when its turn came: one too large for this machine's
+    memory failed after the graphs before it were timed, and their results were lost."""
+    forbid_timing(monkeypatch)
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 2**30)
+    status, out, err = run_main(capsys, "bench", "--graph", "uniform:10,2", spec, "--device", "cpu")
+    assert status == 1, err
+    assert re.fullmatch(
+        rf"csrattn bench: error: MemoryError: {re.escape(call)} needs at least .* GiB of host memory.*", one_line(err)
+    )
     assert out == ""
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from cupy_csrattn import datasets
 from cupy_csrattn.datasets.base import check_count, check_product
+from cupy_csrattn.datasets.generators import check_rmat_memory, check_uniform_memory
 from cupy_csrattn.graph import CSRGraph
 
 #: Suffixes stripped from a graph file's name to name the graph.
@@ -78,16 +79,20 @@ def is_generated(spec):
 
 def _check_generator_sizes(spec, kind, numbers):
     """A ValueError naming ``spec`` for sizes the generator refuses (a count or the edge count
-    past 2**62), found as the spec is read: the generator, called only when the graph's turn
-    comes, would fail after the graphs before it were timed."""
+    past 2**62), or the generator's MemoryError for a graph beyond this machine's memory, found
+    as the spec is read: the generator, called only when the graph's turn comes, would fail
+    after the graphs before it were timed."""
     if not numbers or len(numbers) > 2:
         return  # malformed: graph_from_spec says what it expects
     try:
         if kind == "rmat" and numbers[0] <= 34:  # a larger SCALE: graph_from_spec gives its range
             edge_factor = check_count("edge_factor", numbers[1]) if len(numbers) == 2 else 16
             check_product("edge_factor * 2**scale", edge_factor, 1 << numbers[0])
+            check_rmat_memory(numbers[0], edge_factor)  # a MemoryError naming the generator's sizes
         elif kind == "uniform" and len(numbers) == 2:
-            check_product("num_nodes * degree", check_count("num_nodes", numbers[0]), check_count("degree", numbers[1]))
+            num_nodes, degree = check_count("num_nodes", numbers[0]), check_count("degree", numbers[1])
+            check_product("num_nodes * degree", num_nodes, degree)
+            check_uniform_memory(num_nodes, degree, num_nodes)
     except ValueError as error:
         raise ValueError(f"bad graph spec {spec!r}: {error}") from None
 

@@ -59,14 +59,32 @@ def uniform_graph(num_nodes, degree, *, num_src=None, seed=0):
     num_edges = num_nodes * degree
     if num_edges and num_src == 0:
         raise ValueError("num_src must be >= 1 when the graph has edges")
+    check_uniform_memory(num_nodes, degree, num_src)
     dtype = index_dtype(num_src, num_edges)
-    size = np.dtype(dtype).itemsize  # indptr made in int64, then cast; the indices
-    check_host_memory(
-        f"uniform_graph(num_nodes={num_nodes}, degree={degree})", (num_nodes + 1) * (8 + size) + num_edges * size
-    )
     indptr = (np.arange(num_nodes + 1, dtype=np.int64) * degree).astype(dtype)
     indices = _rng(seed).integers(0, max(num_src, 1), num_edges, dtype=dtype)
     return CSRGraph(indptr, indices, num_src, check="fast")
+
+
+def check_uniform_memory(num_nodes, degree, num_src):
+    """MemoryError (or ValueError) naming the sizes where uniform_graph's arrays cannot fit this
+    machine's memory (checked counts); the benchmark asks before its graphs' turn comes."""
+    num_edges = num_nodes * degree
+    size = np.dtype(index_dtype(num_src, num_edges)).itemsize  # indptr made in int64, then cast; the indices
+    check_host_memory(
+        f"uniform_graph(num_nodes={num_nodes}, degree={degree})", (num_nodes + 1) * (8 + size) + num_edges * size
+    )
+
+
+def check_rmat_memory(scale, edge_factor):
+    """As check_uniform_memory, for rmat_graph: its edges' two work arrays, then the graph's
+    indices and indptr."""
+    num_nodes = 1 << scale
+    size = np.dtype(np.int32 if scale <= 30 else np.int64).itemsize
+    check_host_memory(
+        f"rmat_graph(scale={scale}, edge_factor={edge_factor})",
+        edge_factor * num_nodes * 3 * size + (num_nodes + 1) * size,
+    )
 
 
 def rmat_graph(
@@ -121,11 +139,7 @@ def rmat_graph(
     num_nodes = 1 << scale
     num_edges = edge_factor * num_nodes
     work = np.int32 if scale <= 30 else np.int64
-    # the edges' two work arrays, then the graph's indices and indptr
-    size = np.dtype(work).itemsize
-    check_host_memory(
-        f"rmat_graph(scale={scale}, edge_factor={edge_factor})", num_edges * 3 * size + (num_nodes + 1) * size
-    )
+    check_rmat_memory(scale, edge_factor)
     dst = np.empty(num_edges, dtype=work)
     src = np.empty(num_edges, dtype=work)
     # Chunks of edges small enough to stay in cache through all `scale` passes (3x faster
