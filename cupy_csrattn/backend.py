@@ -156,6 +156,12 @@ def host_memory_bytes():
         return None
 
 
+@functools.cache
+def _gpu_memory_bytes(device_id):
+    """The total memory of GPU ``device_id`` (asked once: building a graph on the GPU checks it)."""
+    return cupy.cuda.Device(device_id).mem_info[1]
+
+
 def check_memory(what, nbytes, on_gpu):
     """Before arrays of ``nbytes`` in all are made: ValueError when that is more than an array
     can address, MemoryError when more than this machine's physical memory (on_gpu: the current
@@ -164,7 +170,7 @@ def check_memory(what, nbytes, on_gpu):
     if nbytes > np.iinfo(np.intp).max:
         raise ValueError(f"{what} needs {nbytes} bytes of arrays, more than an address space holds")
     if on_gpu:
-        available, kind, holder = cupy.cuda.Device().mem_info[1], "GPU", "this GPU"
+        available, kind, holder = _gpu_memory_bytes(cupy.cuda.runtime.getDevice()), "GPU", "this GPU"
     else:
         available, kind, holder = host_memory_bytes(), "host", "this machine"
     if available is not None and nbytes > available:
