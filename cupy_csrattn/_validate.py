@@ -135,7 +135,11 @@ def _shape_text(rows, heads, tail):
 
 
 def finite_scalar(name, value):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    """float(value) of a finite real number; TypeError naming ``name`` for a bool, a
+    timedelta64 (an integer type to NumPy) or a non-number, ValueError where not finite."""
+    if isinstance(value, (bool, np.bool_, np.timedelta64)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     return finite_float(name, value)
 

@@ -500,9 +500,15 @@ def test_sddmm_add_takes_no_scale(xp, func):
         ("gat_attention", (_r(N_DST), _r(N_SRC), _r(N_SRC, F)), "negative_slope"),
     ],
 )
-@pytest.mark.parametrize("value", [True, np.bool_(False), "1", 1j])
+@pytest.mark.parametrize(
+    "value",
+    [True, np.bool_(False), "1", 1j, np.timedelta64(2, "s"), np.timedelta64(2, "ns")],
+    ids=["bool", "np_bool", "str", "complex", "timedelta_s", "timedelta_ns"],
+)
 def test_real_scalars_refuse_other_types(xp, func, args, name, value):
-    """A bool (an int to Python), a str or a complex is a TypeError naming the argument, not a number taken."""
+    """A bool (an int to Python), a str, a complex or a timedelta64 (an integer type to NumPy:
+    float() raised an error naming nothing, or took 2 ns as 2.0) is a TypeError naming the
+    argument, not a number taken."""
     _raises(xp, TypeError, f"{name} must be a real number, got", func, *args, **{name: value})
 
 
