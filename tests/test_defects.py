@@ -225,6 +225,18 @@ def test_edge_softmax_of_an_integer_matrix_names_its_data(fmt):
         ca.edge_softmax(A)
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_edge_softmax_of_a_matrix_with_2d_data_names_its_data(fmt):
+    """Data set on a matrix after it was built, (E, H) rather than one score per stored entry:
+    the softmax ran, then scipy refused to build the result with an error naming nothing."""
+    A = _matrix(np, fmt)
+    A.data = np.ones((7, 2))
+    with pytest.raises(ValueError, match=r"^graph\.data must be 1-D"):
+        ca.edge_softmax(A)
+    with pytest.raises(ValueError, match=r"^graph\.data must be 1-D"):
+        ca.edge_softmax(A, norm_by="src")
+
+
 # ------------------------------------------------------------------ 4. the graph owns its arrays
 
 

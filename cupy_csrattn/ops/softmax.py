@@ -59,6 +59,8 @@ def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
     if scores is None:
         matrix, scores, name = graph, graph.data, "graph.data"  # an adjacency's int or bool data
     scores = _validate.float_array(name, scores)
+    if matrix is not None and scores.ndim != 1:  # the result is a matrix of the same structure
+        raise ValueError(f"graph.data must be 1-D, one score per stored entry, got shape {tuple(scores.shape)}")
     _validate.edge_array(name, scores, g)
     dtype, _ = _validate.result_dtypes(scores)
     place = Placement(g, order, [scores])
