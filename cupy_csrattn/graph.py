@@ -370,7 +370,10 @@ def graph_and_edge_order(matrix, check, name="matrix", copy=True):
     if fmt in ("csr", "csc") and len(matrix.indptr) != (num_dst if fmt == "csr" else num_src) + 1:
         raise ValueError(f"{name} has shape {matrix.shape}, but its indptr has {len(matrix.indptr)} entries")
     if fmt == "csr":
-        return CSRGraph(matrix.indptr, matrix.indices, num_src, check=check, copy=copy), None
+        try:
+            return CSRGraph(matrix.indptr, matrix.indices, num_src, check=check, copy=copy), None
+        except (TypeError, ValueError) as error:  # check and copy are known good: the arrays are not
+            raise type(error)(f"{name} is not a valid CSR matrix: {error}") from None
     xp = np if is_scipy else backend.cupy
     if fmt == "coo":
         dst, src, names = matrix.row, matrix.col, (f"{name}.col", f"{name}.row")

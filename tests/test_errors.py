@@ -274,6 +274,31 @@ def test_from_scipy_entries_out_of_range_name_the_matrix_arrays():
         CSRGraph.from_scipy(B)
 
 
+@pytest.mark.parametrize(
+    "indices,indptr,match",
+    [
+        ([0, 9, 1], [0, 1, 2, 3], "indices must be < num_src = 3, got 9"),
+        ([0, -1, 1], [0, 1, 2, 3], "indices must be >= 0, got -1"),
+        ([0, 1, 1], [0, 2, 1, 3], "indptr must be non-decreasing"),
+        ([0.0, 1.0, 1.0], [0, 1, 2, 3], "indices must be an integer array"),
+    ],
+    ids=["index_beyond", "negative_index", "decreasing_indptr", "float_indices"],
+)
+def test_from_scipy_malformed_csr_names_the_matrix(indices, indptr, match):
+    """A CSR matrix whose arrays scipy did not check (at construction it checks their lengths
+    only, and they can be set afterwards): the error named indices or indptr, arguments of
+    neither the op nor from_scipy; like a malformed CSC matrix, it names the matrix now."""
+    import scipy.sparse
+
+    A = scipy.sparse.csr_array((np.ones(3), np.array([0, 1, 2]), np.array(indptr)), shape=(3, 3))
+    A.indices = np.array(indices)
+    error = TypeError if isinstance(indices[0], float) else ValueError
+    with pytest.raises(error, match=rf"^matrix is not a valid CSR matrix: {match}"):
+        CSRGraph.from_scipy(A)
+    with pytest.raises(error, match=rf"^graph is not a valid CSR matrix: {match}"):
+        ca.spmm(A, None, np.eye(3))
+
+
 def test_from_scipy_one_dimensional():
     import scipy.sparse
 
