@@ -82,6 +82,36 @@ def test_empty_arrays_of_many_heads_return_at_once(case):
         assert result is None or (result.size == 0 and 2**40 in result.shape)
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs signal.SIGALRM")
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_a_graph_without_edges_of_many_heads_returns_at_once(case):
+    """Nodes but no edges, 2**20 heads: every sum is empty (zero outputs, lse -inf), yet the
+    CPU backend made one sparse product per head (about 20 s per gather-sum)."""
+    heads = 2**20
+    graph = ca.CSRGraph(np.zeros(4, np.int64), np.zeros(0, np.int64), num_src=2)
+    args, kwargs = case.make(np.random.default_rng(0), graph, (1,), 1, np.float32)
+
+    # One head repeated (the makers' references loop over the heads): the head axis is the
+    # first of GATv2's att (1, D), the second of the node (3 or 2 rows) and edge (0 rows) arrays.
+    def repeated(a):
+        return np.repeat(a, heads, axis=0 if a.shape[0] == 1 else 1) if isinstance(a, np.ndarray) else a
+
+    args, kwargs = tuple(map(repeated, args)), {key: repeated(value) for key, value in kwargs.items()}
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(10)
+    try:
+        results = case.run(graph, args, kwargs)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    for index, result in enumerate(results):
+        if result is None or result.shape[0] == 0:  # edge arrays: empty
+            continue
+        assert heads in result.shape
+        expected = -np.inf if index == case.lse_index else 0.0
+        assert (result == expected).all(), f"output {index}"
+
+
 # ------------------------------------------------------------------ the op registry
 
 
