@@ -64,6 +64,17 @@ def _alarm(signum, frame):
     raise TimeoutError("the call ran past its time limit")
 
 
+def _run_within(seconds, case, graph, args, kwargs):
+    """case.run(graph, args, kwargs), a TimeoutError once it runs past ``seconds``."""
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(seconds)
+    try:
+        return case.run(graph, args, kwargs)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs signal.SIGALRM")
 @pytest.mark.parametrize("case", ALL_CASES)
 def test_empty_arrays_of_many_heads_return_at_once(case):
@@ -71,13 +82,7 @@ def test_empty_arrays_of_many_heads_return_at_once(case):
     compute. The CPU backend's loops over the heads ran anyway (2**40 steps: a hang)."""
     graph = ca.CSRGraph(np.zeros(1, np.int64), np.zeros(0, np.int64), num_src=0)
     args, kwargs = case.make(np.random.default_rng(0), graph, (2**40,), 0, np.float64)
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(10)
-    try:
-        results = case.run(graph, args, kwargs)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    results = _run_within(10, case, graph, args, kwargs)
     for result in results:
         assert result is None or (result.size == 0 and 2**40 in result.shape)
 
@@ -97,13 +102,7 @@ def test_a_graph_without_edges_of_many_heads_returns_at_once(case):
         return np.repeat(a, heads, axis=0 if a.shape[0] == 1 else 1) if isinstance(a, np.ndarray) else a
 
     args, kwargs = tuple(map(repeated, args)), {key: repeated(value) for key, value in kwargs.items()}
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(10)
-    try:
-        results = case.run(graph, args, kwargs)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    results = _run_within(10, case, graph, args, kwargs)
     for index, result in enumerate(results):
         if result is None or result.shape[0] == 0:  # edge arrays: empty
             continue
