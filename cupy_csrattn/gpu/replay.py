@@ -4,11 +4,11 @@ A GPU call of an op on a given CSRGraph does the same work every time its argume
 the same description: the op, the types, dtypes, shapes, strides and alignments of the
 arrays, the values of the scalars, the current device. Once validated and run, such a call
 is recorded: the kernels it launched (grids, argument tuples) and the arrays it allocated
-(outputs and scratch). A later call with the same description skips validation, placement and the
-launchers' choices: it allocates fresh memory for the recorded arrays (one block for the
-arrays it returns and a small scratch, another for a large scratch), writes the addresses of the caller's arrays and the
-new ones into the kernels' argument slots where the recorded call had its own, and launches
-the same kernels in the same order on the current stream. The results are those of
+(outputs and scratch). A later call with the same description skips validation, placement and
+the launchers' choices: it allocates fresh memory for the recorded arrays (one block for the
+arrays it returns and a small scratch, another for a large scratch), writes the addresses of
+the caller's arrays and the new ones into the kernels' argument slots where the recorded call
+had its own, and launches the same kernels in the same order on the current stream. The results are those of
 the full call, bit for bit, because it is the same work.
 
 A call is recorded at its second occurrence (its first may build the graph's derived data,
