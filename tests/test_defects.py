@@ -385,3 +385,24 @@ def test_graph_attention_backward_names_v(xp):
             g, *to_xp(xp, (q, k, v, rng.standard_normal((2, 5)), rng.standard_normal((2, 3)), np.zeros(2)))
         )
     assert "values" not in str(error.value)
+
+
+def test_a_cpu_output_beyond_memory_is_named_before_it_is_made(monkeypatch):
+    """An output larger than this machine's memory was NumPy's MemoryError, naming no output
+    (or, overcommitted, a process killed when it was written): now the output is named first.
+    attention_aggregate's lse of one row and 2**40 heads is 4 TiB, with inputs of size 0."""
+    from cupy_csrattn import backend
+
+    graph = ca.CSRGraph(np.array([0, 0]), np.zeros(0, np.int64), num_src=0)
+    H = 2**40
+    scores, values = np.zeros((0, H), np.float32), np.zeros((0, H, 0), np.float32)
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 2**30)
+    with pytest.raises(MemoryError, match=rf"the output lse of shape \(1, {H}\) needs at least 4096.0 GiB of host"):
+        ca.attention_aggregate(graph, scores, values, return_lse=True)
+    edges = ca.CSRGraph(np.array([0, 300]), np.zeros(300, np.int64), num_src=1)
+    big = np.ones((300, 1000), np.float32)  # 1.1 MiB: its output is over a 1 MiB machine's memory
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 2**20)
+    with pytest.raises(MemoryError, match=r"the output \w+ of shape \(300, 1000\) needs at least"):
+        ca.edge_softmax(edges, big)
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: None)  # a platform that does not say: no check
+    np.testing.assert_allclose(ca.edge_softmax(edges, big), np.full((300, 1000), 1 / 300, np.float32), rtol=1e-6)
