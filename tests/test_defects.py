@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse
 from helpers import is_numpy, same_buffer
 
 import cupy_csrattn as ca
@@ -235,6 +236,19 @@ def test_edge_softmax_of_a_matrix_with_2d_data_names_its_data(fmt):
         ca.edge_softmax(A)
     with pytest.raises(ValueError, match=r"^graph\.data must be 1-D"):
         ca.edge_softmax(A, norm_by="src")
+
+
+def test_edge_softmax_of_a_coo_matrix_with_float16_data_names_its_data():
+    """scipy builds CSR and CSC matrices of float16 data but no COO matrix: float16 data set on
+    a COO matrix after it was built gave scipy's error, naming nothing, once the softmax had run.
+    The CSR form of the same data works."""
+    A = scipy.sparse.coo_array((np.ones(3), ([0, 1, 2], [0, 0, 1])), shape=(3, 2))
+    A.data = A.data.astype(np.float16)
+    with pytest.raises(TypeError, match=r"^graph\.data is float16, .* pass graph\.tocsr\(\)"):
+        ca.edge_softmax(A)
+    B = scipy.sparse.csr_array(A.astype(np.float32))
+    B.data = B.data.astype(np.float16)
+    assert ca.edge_softmax(B).data.tolist() == [1.0, 1.0, 1.0]
 
 
 # ------------------------------------------------------------------ 4. the graph owns its arrays

@@ -1,5 +1,6 @@
 """edge_softmax and edge_softmax_backward."""
 
+import numpy as np
 import scipy.sparse
 
 from cupy_csrattn import _validate, backend
@@ -63,6 +64,11 @@ def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
         raise ValueError(f"graph.data must be 1-D, one score per stored entry, got shape {tuple(scores.shape)}")
     _validate.edge_array(name, scores, g)
     dtype, _ = _validate.result_dtypes(scores)
+    if matrix is not None and matrix.format == "coo" and scipy.sparse.issparse(matrix) and dtype == np.float16:
+        raise TypeError(
+            "graph.data is float16, and scipy.sparse builds no COO matrix of float16 (the result takes graph's"
+            " format): pass graph.tocsr(), or set its data to float32"
+        )
     place = Placement(g, order, [scores])
     canonical = place.edge_input(scores, dtype)
     work, result = place.output("out", out, scores.shape, dtype, canonical.shape, edge=True)
