@@ -401,22 +401,31 @@ def test_graph_attention_backward_names_v(xp):
     assert "values" not in str(error.value)
 
 
-def test_a_cpu_output_beyond_memory_is_named_before_it_is_made(monkeypatch):
-    """An output larger than this machine's memory was NumPy's MemoryError, naming no output
-    (or, overcommitted, a process killed when it was written): now the output is named first.
-    attention_aggregate's lse of one row and 2**40 heads is 4 TiB, with inputs of size 0."""
+def test_an_output_beyond_memory_is_named_before_it_is_made(monkeypatch, xp):
+    """An output larger than the memory of the machine (or the GPU) that computes it was
+    NumPy's or CuPy's MemoryError, naming no output (or, overcommitted on the host, a process
+    killed when it was written): now the output is named first. attention_aggregate's lse of
+    one row and 2**40 heads is 4 TiB, with inputs of size 0."""
     from cupy_csrattn import backend
 
+    def memory_is(nbytes):
+        if is_numpy(xp):
+            monkeypatch.setattr(backend, "host_memory_bytes", lambda: nbytes)
+        else:
+            monkeypatch.setattr(backend, "_gpu_memory_bytes", lambda device_id: nbytes)
+
+    kind = "host" if is_numpy(xp) else "GPU"
     graph = ca.CSRGraph(np.array([0, 0]), np.zeros(0, np.int64), num_src=0)
     H = 2**40
-    scores, values = np.zeros((0, H), np.float32), np.zeros((0, H, 0), np.float32)
-    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 2**30)
-    with pytest.raises(MemoryError, match=rf"the output lse of shape \(1, {H}\) needs at least 4096.0 GiB of host"):
+    scores, values = xp.zeros((0, H), np.float32), xp.zeros((0, H, 0), np.float32)
+    memory_is(2**30)
+    with pytest.raises(MemoryError, match=rf"the output lse of shape \(1, {H}\) needs at least 4096.0 GiB of {kind}"):
         ca.attention_aggregate(graph, scores, values, return_lse=True)
     edges = ca.CSRGraph(np.array([0, 300]), np.zeros(300, np.int64), num_src=1)
-    big = np.ones((300, 1000), np.float32)  # 1.1 MiB: its output is over a 1 MiB machine's memory
-    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 2**20)
-    with pytest.raises(MemoryError, match=r"the output \w+ of shape \(300, 1000\) needs at least"):
+    big = xp.ones((300, 1000), np.float32)  # 1.1 MiB: its output is over a 1 MiB machine's memory
+    memory_is(2**20)
+    with pytest.raises(MemoryError, match=rf"the output \w+ of shape \(300, 1000\) needs at least .* of {kind}"):
         ca.edge_softmax(edges, big)
-    monkeypatch.setattr(backend, "host_memory_bytes", lambda: None)  # a platform that does not say: no check
-    np.testing.assert_allclose(ca.edge_softmax(edges, big), np.full((300, 1000), 1 / 300, np.float32), rtol=1e-6)
+    memory_is(None)  # a platform that does not say: no check
+    expected = np.full((300, 1000), 1 / 300, np.float32)
+    np.testing.assert_allclose(to_np(ca.edge_softmax(edges, big)), expected, rtol=1e-6)

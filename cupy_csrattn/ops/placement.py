@@ -100,9 +100,9 @@ class Placement:
         """(array handed to the backend, array returned to the caller)."""
         if out is not None:
             _validate.out_array(name, out, shape, dtype, self.on_gpu)
-        elif not self.on_gpu:  # NumPy's MemoryError names no output; an overcommitted one is killed when written
+        else:  # NumPy's and CuPy's MemoryErrors name no output; an overcommitted one is killed when written
             nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-            backend.check_memory(f"the output {name} of shape {tuple(shape)}", nbytes, on_gpu=False)
+            backend.check_memory(f"the output {name} of shape {tuple(shape)}", nbytes, self.on_gpu)
         work, result = self._output(out, shape, dtype, canonical_shape, edge)
         if not self.on_gpu:
             self._outputs.append(work)
