@@ -157,6 +157,9 @@ class Replay:
         self._pick = _picker(self.result, len(arrays))
         self._place_allocations(collected.allocations)
         self._graph = _kernel_graph(graph_launches)
+        self._single = None  # (launch head, params) of a record that _single_kernel_lone serves
+        if len(self._launches) == 1 and self._lone is not None and self.result == _Slot(_NEW, 0, self._lone[0]):
+            self._single = self._launches[0][:2]
         self._lock = threading.Lock()  # the argument slots serve one call at a time
 
     def _place_allocations(self, allocations):
@@ -230,11 +233,14 @@ class Replay:
         raise _NotReplayable("a result is neither an argument nor an allocation")
 
     def __call__(self, arrays, addresses):
-        """The call's results (``arrays``: the caller's, ``addresses``: their data's), or
-        NO_CONTEXT (nothing done) where this thread has no current CUDA context."""
-        cupy = backend.cupy
+        """The call's results (``arrays``: the caller's, ``addresses``: their data's, a list
+        this call extends), or NO_CONTEXT (nothing done) where this thread has no current
+        CUDA context."""
         if not _driver_api.ctxGetCurrent():
             return NO_CONTEXT
+        if self._single is not None:
+            return self._single_kernel_lone(addresses)
+        cupy = backend.cupy
         # new: the address of each allocation; memory: the blocks holding them, held until the
         # kernels are launched (freed earlier, the pool could hand them to another array)
         if self._lone is not None:  # most ops: one returned array, no scratch
@@ -256,6 +262,19 @@ class Replay:
             for head, params, _ in self._launches:
                 launch_kernel(*head, stream_ptr, params, 0)
         return self._pick([*arrays, *returned, None])
+
+    def _single_kernel_lone(self, addresses):
+        """The commonest record, called as __call__: one kernel, one new array that is the
+        call's result, no scratch."""
+        cupy = backend.cupy
+        array = cupy.ndarray(*self._lone)
+        addresses.append(array.data.ptr)
+        head, params = self._single
+        with self._lock:
+            for values, position, index, offset in self._writes:
+                values[position] = addresses[index] + offset
+            _driver_api.launchKernel(*head, cupy.cuda.get_current_stream().ptr, params, 0)
+        return array
 
 
 def _picker(template, num_arrays):
