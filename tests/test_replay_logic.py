@@ -517,6 +517,25 @@ def test_a_replayed_result_has_the_recorded_shape(public):
     assert len(FULL_CALLS) == 2
 
 
+def flat_and_reshaped(graph, x):
+    """A stand-in op returning one output twice: as computed and reshaped."""
+    out = scaled_plus_table(graph, x)
+    return out, out.reshape(2, 3)
+
+
+def test_an_allocation_returned_twice_is_not_replayed(public):
+    """A replay makes one array per allocation, so a call returning one allocation twice (two
+    shapes, or two array objects) would come back as one array in one shape: such a call takes
+    the full path every time."""
+    op, graph = replay.replayed(flat_and_reshaped), FakeGraph()
+    for seed in range(4):
+        x = _x(seed)
+        flat, square = op(graph, x)
+        assert flat.shape == (6,) and square.shape == (2, 3) and flat is not square
+        np.testing.assert_array_equal(flat.values, np.float32(2.0) * x.values + TABLE.values)
+    assert len(FULL_CALLS) == 4
+
+
 def test_a_lone_result_is_an_array_of_its_own(public, monkeypatch):
     """A replay returning one array and using no scratch allocates that array alone, no block."""
     blocks = []

@@ -175,6 +175,8 @@ class Replay:
         def collect(template):
             if isinstance(template, _Slot):
                 if template.source == _NEW:
+                    if template.index in returned:  # a replay makes one array of each allocation
+                        raise _NotReplayable("an allocation is returned twice")
                     returned[template.index] = template.shape
             elif template is not None:
                 for part in template:
