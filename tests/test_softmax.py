@@ -119,6 +119,24 @@ def test_small_probabilities_are_accurate_to_their_own_size(xp, dtype, low):
     np.testing.assert_allclose(got, expected, rtol=8 * np.finfo(dtype).eps, atol=0)
 
 
+@pytest.mark.parametrize(
+    "dtype, top, gaps", [(np.float32, -43.0, (45, 57, 67, 80)), (np.float64, -350.0, (400, 500, 700))]
+)
+def test_weights_whose_unshifted_exps_underflow(xp, dtype, top, gaps):
+    """A row whose maximum is well below 0 (its unshifted sum of exps still far above the
+    smallest normal number) and whose other scores lie below exp's normal range: the weights
+    exp(s - max) / sum are normal numbers, so they must be right relative to themselves. Taken
+    unshifted, their exps were subnormal or 0: a weight of 8e-30 came out as 0 in float32."""
+    graph = from_rows([[0] * (1 + len(gaps)), [1, 2]], 3)
+    row = np.array([top] + [top - gap for gap in gaps])
+    scores = np.stack([row, row + 1.0], axis=1)
+    scores = np.concatenate([scores, np.zeros((2, 2))]).astype(dtype)
+    expected = ref.edge_softmax(graph.indptr, scores)[0]
+    assert (expected >= np.finfo(dtype).tiny).all()  # each weight is a normal number
+    got = to_np(ca.edge_softmax(make_graph(xp, graph), to_xp(xp, scores)))
+    np.testing.assert_allclose(got, expected, rtol=8 * np.finfo(dtype).eps, atol=0)
+
+
 def test_cpu_plans_for_several_head_counts_share_their_unit_arrays():
     """The CPU's row-block plans (one per block size, so per range of head counts) take views
     of one graph-wide 0, 1, 2, ... and ones: on a row of 2**19 edges, seven plans held seven

@@ -47,12 +47,16 @@ def softmax(graph, scores, out=None, lse=None):
     reduction that is not a sparse product (it needs the row bins). So the raw scores are
     tried first, and kept when every non-empty row's sum of exps is finite and large
     enough that its largest term is a normal number (sum >= tiny * 2**63 >= tiny *
-    degree). The unshifted exps are then as accurate as shifted ones (more: score - max
-    is not rounded), and terms that underflowed are below 2**-63 of their row's sum.
-    Otherwise (scores out of range, rows of -inf, NaN) the rows and heads whose sums are
-    not so are computed again with their row maximum subtracted; the others keep the raw
-    scores, so that a row's result never depends on another row's scores (the distributed
-    ops, on a block of rows, give the whole graph's results).
+    degree), and, where that sum is below 1, none of its exps underflowed (is below
+    tiny). The unshifted exps are then as accurate as shifted ones (more: score - max is
+    not rounded): a subnormal or vanished exp, off by up to half a subnormal spacing, is
+    divided by a sum of at least 1, which leaves its weight that accurate, as the shifted
+    weight is; divided by a smaller sum, that error grows (a weight of 8e-30 came out 0 in
+    float32 for scores -43 and -110). Otherwise (scores out of range, rows of -inf, NaN) the
+    rows and heads whose sums are not so are computed again with their row maximum
+    subtracted; the others keep the raw scores, so that a row's result never depends on
+    another row's scores (the distributed ops, on a block of rows, give the whole graph's
+    results).
     """
     return softmax_weights(graph, scores, out, lse)[0]
 
@@ -112,6 +116,12 @@ def _softmax_rows(graph, scores, shift, probs, lse, done=None):
             if shift is None:
                 # NaN fails both comparisons.
                 fine = (total >= smallest_total) & (total <= largest_total)
+                # A sum below 1 magnifies the error of an exp that underflowed (see softmax).
+                small_sum = fine & (total < 1)
+                # (fmin skips NaN: a NaN row is not fine already.)
+                if small_sum.any() and np.fmin.reduce(exps, axis=None) < info.tiny:
+                    underflowed = (exps < info.tiny).astype(exps.dtype)
+                    fine &= ~(small_sum & (blocks.row_sums(block, underflowed) > 0))
                 if not fine.all():
                     fine[block.degrees == 0] = True  # empty rows: sum 0, nothing to divide
                     if not fine.all():
