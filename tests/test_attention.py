@@ -220,6 +220,26 @@ def test_graph_attention_without_query_features(xp):
     check_result(xp, grad_v, expected_grad_v, np.float64)
 
 
+def test_reference_graph_attention_without_query_features(xp):
+    """The naive reference takes D = 0 with the default scale as the op does (every score 0),
+    forward and backward: it raised ZeroDivisionError computing 1 / sqrt(0)."""
+    graph = named_graph("zero_degree_rows")
+    rng = np.random.default_rng(13)
+    q = np.zeros((len(graph.indptr) - 1, 2, 0))
+    k = np.zeros((graph.num_src, 2, 0))
+    v = rng.standard_normal((graph.num_src, 2, 3))
+    g = make_graph(xp, graph)
+    out, lse = ca.graph_attention(g, to_xp(xp, q), to_xp(xp, k), to_xp(xp, v), return_lse=True)
+    want_out, want_lse = ref.graph_attention(graph.indptr, graph.indices, q, k, v)
+    check_result(xp, out, want_out, np.float64)
+    check_result(xp, lse, want_lse, np.float64)
+    grad_out = rng.standard_normal(want_out.shape)
+    grads = ca.graph_attention_backward(g, to_xp(xp, q), to_xp(xp, k), to_xp(xp, v), out, to_xp(xp, grad_out), lse)
+    wants = ref.graph_attention_backward(graph.indptr, graph.indices, q, k, v, grad_out)
+    for grad, want in zip(grads, wants, strict=True):
+        check_result(xp, grad, want, np.float64)
+
+
 @pytest.mark.parametrize("op", ["graph_attention", "gat_attention"])
 def test_edge_data_with_a_misaligned_view(xp, op):
     """Inputs one element into their buffers with edge data and heads of 64 (too wide for the

@@ -276,7 +276,11 @@ def _weightless(indptr, scores):
 
 
 def _default_scale(q, scale):
-    return 1.0 / math.sqrt(np.shape(q)[-1]) if scale is None else scale
+    """1 / sqrt(D) when scale is None; 1 for D = 0, as the op takes it (every score is 0 then)."""
+    if scale is not None:
+        return scale
+    head_dim = np.shape(q)[-1]
+    return 1.0 / math.sqrt(head_dim) if head_dim else 1.0
 
 
 def _per_edge(indices, node, edge_feat):
