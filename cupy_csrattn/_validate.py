@@ -209,6 +209,11 @@ def out_array(name, out, shape, dtype, on_gpu):
         raise TypeError(f"{name} must be a CuPy array when the op runs on the GPU, got {type(out).__name__}")
     if not on_gpu and not isinstance(out, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array when the op runs on the CPU, got {type(out).__name__}")
+    if isinstance(out, np.ma.MaskedArray):  # written through its data, it would come back under its old mask
+        raise TypeError(
+            f"{name} is a masked array, whose mask would hide elements of the result; pass a plain array "
+            f"(np.asarray({name}))"
+        )
     if isinstance(out, np.matrix):  # stays 2-D when reshaped to the backends' (N, H, F) layout
         raise TypeError(f"{name} is a numpy.matrix, which cannot take the result's layout; pass np.asarray({name})")
     if out.dtype != dtype:

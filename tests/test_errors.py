@@ -947,6 +947,18 @@ def test_out_numpy_matrix_is_named(op):
     getattr(ca, op)(make_graph(np, GRAPH), *SINGLE_HEAD_FORWARDS[op](), out=np.asarray(out))  # the advice works
 
 
+@pytest.mark.parametrize("func,make_args,shape", OUT_OPS)
+def test_out_masked_array_is_named(func, make_args, shape):
+    """A masked out was written through its data and returned with its mask as it was: the
+    masked elements of the result were hidden (all of them under mask=True), as silently as an
+    input's mask was ignored. (The GPU takes only a CuPy out.)"""
+    out = np.ma.masked_array(np.zeros(shape), mask=True)
+    with pytest.raises(TypeError, match=r"^out is a masked array"):
+        getattr(ca, func)(make_graph(np, GRAPH), *make_args(), out=out)
+    assert not out.data.any()
+    getattr(ca, func)(make_graph(np, GRAPH), *make_args(), out=np.asarray(out))  # the advice works
+
+
 def test_out_integer_dtype(xp):
     _raises(xp, TypeError, r"\bout\b", "edge_softmax", _r(E), out=xp.zeros(E, dtype=np.int64))
 
