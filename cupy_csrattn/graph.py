@@ -43,8 +43,9 @@ class CSRGraph:
         then not modify them for as long as the graph is used, since the graph caches data
         derived from them (work plans, transpose, device copies).
 
-    int32 and int64 indices keep their dtype; narrower or unsigned integers are converted
-    (a new array, whatever ``copy`` says). NumPy arrays give a CPU graph, CuPy arrays a GPU
+    int32 and int64 indices keep their dtype; narrower or unsigned integers are converted,
+    and strided views (``a[::2]``, ``a[::-1]``) made C-contiguous (a new array, whatever ``copy``
+    says). NumPy arrays give a CPU graph, CuPy arrays a GPU
     graph (``device``). The graph's arrays must not be modified in place.
     """
 

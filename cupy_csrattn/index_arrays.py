@@ -15,7 +15,8 @@ def index_input(name, x):
 
 
 def index_array(name, array, on_gpu):
-    """array as a 1-D int32/int64 array on the graph's device; TypeError/ValueError naming it."""
+    """array as a 1-D C-contiguous int32/int64 array on the graph's device (uint64 left to the
+    caller); TypeError/ValueError naming it."""
     if backend.is_cupy_array(array):
         on_gpu = True
     if on_gpu:
@@ -26,7 +27,9 @@ def index_array(name, array, on_gpu):
     if array.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
     if dtype in (np.int32, np.int64):
-        return array
+        # The GPU kernels read an index array through its data pointer, as a dense run of
+        # elements: a strided view (a[::2], a[::-1]) would be read as the buffer it lies in.
+        return array if array.flags.c_contiguous else array.copy()
     if dtype.itemsize < 4 or dtype == np.uint32:
         # Every value of these types fits: int32 for the narrow ones, int64 for uint32.
         return array.astype(np.int32 if dtype.itemsize < 4 else np.int64)

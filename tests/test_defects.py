@@ -291,6 +291,27 @@ def test_graph_copies_by_default_and_shares_with_copy_false(xp, dtype):
         np.testing.assert_array_equal(to_np(h.indices), graph.indices)
 
 
+_VIEWS = {
+    "every_other": lambda xp, a: to_xp(xp, np.repeat(a, 2))[::2],
+    "reversed": lambda xp, a: to_xp(xp, a[::-1].copy())[::-1],
+}
+
+
+@pytest.mark.parametrize("copy", [True, False])
+@pytest.mark.parametrize("view", sorted(_VIEWS))
+def test_graph_arrays_are_contiguous_whatever_the_callers(xp, view, copy):
+    """A strided view of int32/int64 indices was kept as it was with copy=False: the GPU
+    kernels, which read the index arrays through their data pointers, then read the buffer
+    it lies in. The graph holds C-contiguous arrays of the same values."""
+    graph = named_graph("odd_sizes")
+    indptr, indices = (_VIEWS[view](xp, a) for a in (graph.indptr, graph.indices))
+    assert not indptr.flags.c_contiguous and not indices.flags.c_contiguous
+    g = CSRGraph(indptr, indices, graph.num_src, copy=copy)
+    assert g.indptr.flags.c_contiguous and g.indices.flags.c_contiguous
+    np.testing.assert_array_equal(to_np(g.indptr), graph.indptr)
+    np.testing.assert_array_equal(to_np(g.indices), graph.indices)
+
+
 def test_from_scipy_copies_a_csr_matrix_by_default(xp):
     A = _matrix(xp, "csr")
     g = CSRGraph.from_scipy(A)

@@ -540,6 +540,20 @@ def test_non_contiguous_inputs(xp, case):
     check_outputs(xp, case, got, case.reference(graph, args, kwargs), args, kwargs)
 
 
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_non_contiguous_graph_arrays(xp, case):
+    """indptr and indices as strided views, in a tuple graph and in CSRGraph(copy=False), which
+    keep the caller's arrays: the GPU kernels read an index array through its data pointer, so
+    a view was read as the buffer it lies in (other sources, and indices out of range)."""
+    graph = named_graph("odd_sizes")
+    args, kwargs = case.make(np.random.default_rng(13), graph, 3, 4, np.float64)
+    expected = case.reference(graph, args, kwargs)
+    indptr, indices = _strided(xp, graph.indptr), _strided(xp, graph.indices)
+    for g in ((indptr, indices, graph.num_src), ca.CSRGraph(indptr, indices, graph.num_src, copy=False)):
+        got = case.run(g, to_xp(xp, args), to_xp(xp, kwargs))
+        check_outputs(xp, case, got, expected, args, kwargs)
+
+
 def _other_byte_order(a):
     return a.astype(a.dtype.newbyteorder("S")) if isinstance(a, np.ndarray) else a
 
