@@ -797,6 +797,21 @@ def test_names_in_any_case_and_as_bytes(tmp_path):
         assert datasets.load(path).num_edges == 2  # a bytes path raised TypeError
 
 
+def test_errors_of_a_bytes_path_name_the_file_as_a_str_one(tmp_path):
+    """A malformed file given by a bytes path: load_npz raised str.startswith's TypeError (about
+    bytes, naming nothing) instead of its ValueError naming the file, and the text loaders
+    named the file as b'...'."""
+    mtx = write(tmp_path / "bad.mtx", "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 9 1.0\n")
+    edges = write(tmp_path / "bad.txt", "0 1\n1 x\n")
+    npz = tmp_path / "bad.npz"
+    np.savez(npz, indptr=np.array([0, 5]), indices=np.array([0]))
+    for load, path in ((datasets.load_mtx, mtx), (datasets.load_edge_list, edges), (datasets.load_npz, npz)):
+        for name in (path, os.fsencode(path)):
+            for loader in (load, datasets.load):
+                with pytest.raises(ValueError, match="^" + re.escape(str(path)) + ":"):
+                    loader(name)
+
+
 # ---------------------------------------------------------------------------------------
 # Bad contents and bad arguments (issue 13, items 5, 6 and 8)
 

@@ -5,7 +5,7 @@ import numpy as np
 from cupy_csrattn import backend
 from cupy_csrattn.datasets.base import check_count, check_host_memory, index_dtype, too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, check_options, graph_of_edges
-from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, check_markers, read_bytes
+from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, check_markers, file_name, read_bytes
 
 
 def load_edge_list(
@@ -29,7 +29,7 @@ def load_edge_list(
 
     Parameters
     ----------
-    path : str or os.PathLike
+    path : str, bytes or os.PathLike
         The file; a name ending in ``.gz`` is decompressed.
     delimiter : str or bytes, optional
         Column separator. By default any run of whitespace or commas separates columns, so
@@ -105,6 +105,7 @@ def load_edge_list(
         # the graph's indptr and its row counts (int64), one entry per node each, before the file is read
         nbytes = (num_nodes + 1) * np.dtype(index_dtype(num_nodes)).itemsize + num_nodes * 8
         check_host_memory(f"load_edge_list(num_nodes={num_nodes})", nbytes)
+    path = file_name(path)
     text = TextFile(path, read_bytes(path), comments, separators)
     first_line = next(text.data_lines(), None)
     if first_line is None:

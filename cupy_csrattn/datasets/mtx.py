@@ -8,13 +8,11 @@ file, and some malformed dense ("array") files crash it (scipy 1.17: one that en
 followed by "%%MatrixMarket" and no line end).
 """
 
-import os
-
 import numpy as np
 
 from cupy_csrattn.datasets.base import too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, check_options, graph_of_edges
-from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, is_integer_token, read_bytes
+from cupy_csrattn.datasets.text import MAX_NODE_ID, TextFile, check_ids, file_name, is_integer_token, read_bytes
 
 _FIELDS = {
     "real": "float",
@@ -38,7 +36,7 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
 
     Parameters
     ----------
-    path : str or os.PathLike
+    path : str, bytes or os.PathLike
         A Matrix Market file (``coordinate`` or ``array`` format); ``.gz`` is decompressed.
     transpose : bool
         Use the transposed matrix.
@@ -87,7 +85,7 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     transpose, add_self_loops, return_values, dtype, max_nodes = check_options(
         transpose, add_self_loops, return_values, dtype, max_nodes
     )
-    path = os.fspath(path)
+    path = file_name(path)
     raw = read_bytes(path)
     fmt, field, symmetry = _header(path, raw)
     text = TextFile(path, raw, "%")

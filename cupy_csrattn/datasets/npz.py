@@ -8,7 +8,7 @@ import scipy.sparse
 
 from cupy_csrattn.datasets.base import NodeLimitError, csr_from_edges, too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, check_options, finish
-from cupy_csrattn.datasets.text import MAX_NODE_ID
+from cupy_csrattn.datasets.text import MAX_NODE_ID, file_name
 from cupy_csrattn.graph import CSRGraph
 
 
@@ -32,7 +32,7 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
 
     Parameters
     ----------
-    path : str or os.PathLike
+    path : str, bytes or os.PathLike
         The file.
     transpose : bool
         Swap destinations and sources.
@@ -74,7 +74,7 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     transpose, add_self_loops, return_values, dtype, max_nodes = check_options(
         transpose, add_self_loops, return_values, dtype, max_nodes
     )
-    path = os.fspath(path)
+    path = file_name(path)
     if not os.path.exists(path):
         raise FileNotFoundError(2, "No such file", path)
     try:

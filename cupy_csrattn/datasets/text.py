@@ -45,9 +45,16 @@ def is_gzip_name(path):
     return os.fsdecode(os.fspath(path)).lower().endswith(".gz")
 
 
+def file_name(path):
+    """``path`` (str, bytes or os.PathLike) as a str, a bytes name decoded as the file system
+    does: what the loaders open and name in their errors (where a bytes one reads b'...', and
+    str methods on it raise TypeError)."""
+    return os.fsdecode(os.fspath(path))
+
+
 def read_bytes(path):
     """The file's bytes (gunzipped for a .gz name); FileNotFoundError naming it."""
-    path = os.fspath(path)
+    path = file_name(path)
     if not os.path.exists(path):
         raise FileNotFoundError(2, "No such file", path)
     if os.path.isdir(path):
@@ -111,7 +118,7 @@ class TextFile:
     """
 
     def __init__(self, path, raw, comments, separators=()):
-        self.path = os.fspath(path)
+        self.path = file_name(path)
         self.raw = raw
         markers = [comments] if isinstance(comments, (str, bytes)) else list(comments or ())
         self.markers = [_as_bytes(m) for m in markers if m]
