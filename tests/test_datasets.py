@@ -812,6 +812,14 @@ def test_errors_of_a_bytes_path_name_the_file_as_a_str_one(tmp_path):
                     loader(name)
 
 
+@pytest.mark.parametrize("bad", [None, 3, 1.5, ["g.mtx"]])
+@pytest.mark.parametrize("loader", ["load", "load_mtx", "load_npz", "load_edge_list"])
+def test_a_path_of_another_type_is_named(loader, bad):
+    """os.fspath's TypeError ("expected str, bytes or os.PathLike object, not NoneType") named no argument."""
+    with pytest.raises(TypeError, match=r"^path must be a str, bytes or os\.PathLike file name, got "):
+        getattr(datasets, loader)(bad)
+
+
 # ---------------------------------------------------------------------------------------
 # Bad contents and bad arguments (issue 13, items 5, 6 and 8)
 

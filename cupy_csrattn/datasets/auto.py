@@ -1,11 +1,9 @@
 """load: a graph file read by the loader that its name calls for."""
 
-import os
-
 from cupy_csrattn.datasets.edge_list import load_edge_list
 from cupy_csrattn.datasets.mtx import load_mtx
 from cupy_csrattn.datasets.npz import load_npz
-from cupy_csrattn.datasets.text import is_gzip_name
+from cupy_csrattn.datasets.text import file_name, is_gzip_name
 
 
 def load(path, **kwargs):
@@ -25,7 +23,7 @@ def load(path, **kwargs):
     -------
     CSRGraph, or (CSRGraph, values) with ``return_values=True``
     """
-    name = os.fsdecode(os.fspath(path)).lower()
+    name = file_name(path).lower()
     if is_gzip_name(name):
         name = name[:-3]
     if name.endswith(".mtx"):

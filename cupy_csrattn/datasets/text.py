@@ -48,8 +48,11 @@ def is_gzip_name(path):
 def file_name(path):
     """``path`` (str, bytes or os.PathLike) as a str, a bytes name decoded as the file system
     does: what the loaders open and name in their errors (where a bytes one reads b'...', and
-    str methods on it raise TypeError)."""
-    return os.fsdecode(os.fspath(path))
+    str methods on it raise TypeError); a TypeError naming ``path`` for anything else."""
+    try:
+        return os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise TypeError(f"path must be a str, bytes or os.PathLike file name, got {type(path).__name__}") from None
 
 
 def read_bytes(path):
