@@ -122,11 +122,13 @@ def test_small_probabilities_are_accurate_to_their_own_size(xp, dtype, low):
 @pytest.mark.parametrize(
     "dtype, top, gaps", [(np.float32, -43.0, (45, 57, 67, 80)), (np.float64, -350.0, (400, 500, 700))]
 )
-def test_weights_whose_unshifted_exps_underflow(xp, dtype, top, gaps):
+def test_weights_whose_unshifted_exps_underflow(dtype, top, gaps):
     """A row whose maximum is well below 0 (its unshifted sum of exps still far above the
     smallest normal number) and whose other scores lie below exp's normal range: the weights
-    exp(s - max) / sum are normal numbers, so they must be right relative to themselves. Taken
-    unshifted, their exps were subnormal or 0: a weight of 8e-30 came out as 0 in float32."""
+    exp(s - max) / sum are normal numbers, so they must be right relative to themselves. The
+    CPU backend tries the scores unshifted first (the GPU kernels always subtract the row
+    maximum): their exps were subnormal or 0, and a weight of 8e-30 came out as 0 in float32."""
+    xp = np
     graph = from_rows([[0] * (1 + len(gaps)), [1, 2]], 3)
     row = np.array([top] + [top - gap for gap in gaps])
     scores = np.stack([row, row + 1.0], axis=1)
