@@ -44,9 +44,9 @@ class CSRGraph:
         derived from them (work plans, transpose, device copies).
 
     int32 and int64 indices keep their dtype; narrower or unsigned integers are converted,
-    and strided views (``a[::2]``, ``a[::-1]``) made C-contiguous (a new array, whatever ``copy``
-    says). NumPy arrays give a CPU graph, CuPy arrays a GPU
-    graph (``device``). The graph's arrays must not be modified in place.
+    and strided views (``a[::2]``, ``a[::-1]``) made C-contiguous (a new array, whatever
+    ``copy`` says). NumPy arrays give a CPU graph, CuPy arrays a GPU graph (``device``). The
+    graph's arrays must not be modified in place.
     """
 
     def __init__(self, indptr, indices, num_src=None, *, check="full", copy=True):
