@@ -275,12 +275,8 @@ def _weightless(indptr, scores):
     return skip
 
 
-def _default_scale(q, scale):
-    """1 / sqrt(D) when scale is None; 1 for D = 0, as the op takes it (every score is 0 then)."""
-    if scale is not None:
-        return scale
-    head_dim = np.shape(q)[-1]
-    return 1.0 / math.sqrt(head_dim) if head_dim else 1.0
+def _default_scale(q, scale):  # 1 / sqrt(D); 1 for D = 0, as the op takes it (every score is 0)
+    return scale if scale is not None else 1.0 / math.sqrt(np.shape(q)[-1] or 1)
 
 
 def _per_edge(indices, node, edge_feat):
