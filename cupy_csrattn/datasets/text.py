@@ -42,7 +42,7 @@ _UINT64 = np.iinfo(np.uint64)
 
 def is_gzip_name(path):
     """Whether a file's name (str, bytes or os.PathLike) ends in .gz, in any case."""
-    return os.fsdecode(os.fspath(path)).lower().endswith(".gz")
+    return file_name(path).lower().endswith(".gz")
 
 
 def file_name(path):
