@@ -255,6 +255,16 @@ __device__ __forceinline__ void span_load(const scalar_t* X, i64 node, int H, in
     }
 }
 
+// acc += the W elements of the lane's segment that node `node`'s row holds (span_load's).
+template <int VEC, int NV>
+__device__ __forceinline__ void span_add_stored(const scalar_t* X, i64 node, int H, int h, int r, int width, bool on,
+                                                acc_t* acc) {
+    acc_t stored[VEC * NV];
+    span_load<VEC, NV>(X, node, H, h, r, width, on, stored);
+#pragma unroll
+    for (int i = 0; i < VEC * NV; ++i) acc[i] += stored[i];
+}
+
 // span_load into packed storage (zeros past the width and for lanes of no head): an edge's
 // gathered rows wait in registers for the edge's turn, converted where used.
 template <int VEC, int NV>
@@ -372,7 +382,7 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
                                           scalar_t* out1, lse_t* lse_out, acc_t* partial1,
                                           SoftmaxState* partial_state, scalar_t* out2, acc_t* partial2,
                                           const scalar_t* edge, const i64* edge_perm, scalar_t* grad_edge,
-                                          const scalar_t* att, acc_t* att_partial) {
+                                          const scalar_t* att, acc_t* att_partial, int accumulate) {
     constexpr int W = VEC * NV;
     constexpr bool DOT = KIND == SCORE_DOT, V2 = KIND == SCORE_GATV2;
     constexpr bool GIVEN = KIND == SCORE_GIVEN || KIND == SCORE_WEIGHTS;  // each edge's score read in edge order
@@ -680,13 +690,19 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
 #pragma unroll
         for (int i = 0; i < W; ++i) acc_d[i] += acc_f[i];
     }
+    // accumulate: a whole item adds its sums to what its row holds (the launches over column
+    // blocks, one after the other: gpu/column_blocks.py), for dot and gat in float32 and
+    // float64 only (compiled out elsewhere: float16 would round each block's sum).
+    const bool add = (DOT || KIND == SCORE_GAT) && sizeof(scalar_t) >= 4 && accumulate && !split;
     if (ROWS) {
+        if (add) span_add_stored<VEC, NV>(out1, row, H, h, r, D, on, acc_d);
         span_store<VEC, NV>(acc_d, 1, on, r, D, out1 + row * HD + h * D, split ? partial1 + slot * HD + h * D : 0);
     } else if (on && r == 0) {
         if (split) partial1[slot * H + h] = acc_s;
-        else store_scalar(out1 + row * H + h, acc_s);
+        else store_scalar(out1 + row * H + h, add ? acc_s + load_scalar(out1 + row * H + h) : acc_s);
     }
     if (STAGE == SPAN_SOURCES && !V2) {
+        if (add) span_add_stored<VEC, NV>(out2, row, H, h, r, F, on, acc_f);
         span_store<VEC, NV>(acc_f, 1, on, r, F, out2 + row * HF + h * F, split ? partial2 + slot * HF + h * F : 0);
     }
 }
@@ -696,10 +712,10 @@ __device__ __forceinline__ void span_item(i64 index, acc_t* acc_att, const i64* 
         const scalar_t *a, const scalar_t *b, acc_t c, const scalar_t *v, const scalar_t *grad_out,            \
         const lse_t *lse, const scalar_t *fwd_out, acc_t *row_dot, scalar_t *out1, lse_t *lse_out,             \
         acc_t *partial1, SoftmaxState *partial_state, scalar_t *out2, acc_t *partial2, const scalar_t *edge,    \
-        const i64 *edge_perm, scalar_t *grad_edge, const scalar_t *att, acc_t *att_partial
+        const i64 *edge_perm, scalar_t *grad_edge, const scalar_t *att, acc_t *att_partial, int accumulate
 #define SPAN_PASS                                                                                                \
     items, num_items, num_whole, H, S, D, F, indices, a, b, c, v, grad_out, lse, fwd_out, row_dot, out1, lse_out,  \
-        partial1, partial_state, out2, partial2, edge, edge_perm, grad_edge, att, att_partial
+        partial1, partial_state, out2, partial2, edge, edge_perm, grad_edge, att, att_partial, accumulate
 
 // A warp per plan item; gatv2's row pass instead takes a fixed, strided set of items per warp
 // (items warp, warp + num_warps, ...: the launcher starts at most a fixed number of warps) and

@@ -166,7 +166,8 @@ for _score, _variants in SPAN_SCORES.items():
                 "const lse_t* lse?, const scalar_t* fwd_out?, acc_t* row_dot?, scalar_t* out1, lse_t* lse_out?, "
                 "acc_t* partial1?, "
                 "SoftmaxState* partial_state?, scalar_t* out2?, acc_t* partial2?, const scalar_t* edge?, "
-                "const i64* edge_perm?, scalar_t* grad_edge?, const scalar_t* att?, acc_t* att_partial?"
+                "const i64* edge_perm?, scalar_t* grad_edge?, const scalar_t* att?, acc_t* att_partial?, "
+                "int accumulate"
             ),
         )
 _declare(
