@@ -11,7 +11,7 @@ import pytest
 from helpers import poison, require_cupy
 
 import cupy_csrattn as ca
-from cupy_csrattn.gpu import plan
+from cupy_csrattn.gpu import column_blocks, plan
 from cupy_csrattn.testing.arrays import trailing_shape
 from cupy_csrattn.testing.compare import assert_close, to_np
 
@@ -21,18 +21,22 @@ def cupy():
     return require_cupy()
 
 
-# (WHOLE_ROW_EDGES, MAX_CHUNKS, resident warps or None for the device's). With 50 resident
-# warps a warp's fair share of the test graph's edges is 64: the fused plan keeps rows of up
-# to 64 edges whole and splits longer ones into chunks of 16, shorter than a whole row.
+# (WHOLE_ROW_EDGES, MAX_CHUNKS, resident warps or None for the device's, column blocks). With
+# 50 resident warps a warp's fair share of the test graph's edges is 64: the fused plan keeps
+# rows of up to 64 edges whole and splits longer ones into chunks of 16, shorter than a whole
+# row. With one, the fused plan splits no row, and the fused backward passes run over three
+# column blocks (gpu/column_blocks.py: in float32 and float64; the rows pass with edge data
+# only where rows are sorted, which the test graph's are not).
 @pytest.fixture(
-    params=[(1024, 1024, None), (4, 3, None), (1, 2, None), (8, 1024, 50)],
-    ids=["default-plan", "split-4x3", "split-1x2", "fused-short-chunks"],
+    params=[(1024, 1024, None, 0), (4, 3, None, 0), (1, 2, None, 0), (8, 1024, 50, 0), (1024, 1024, 1, 3)],
+    ids=["default-plan", "split-4x3", "split-1x2", "fused-short-chunks", "column-blocks"],
 )
 def plan_limits(request, monkeypatch):
-    whole, chunks, resident_warps = request.param
+    whole, chunks, resident_warps, blocks = request.param
     monkeypatch.setattr(plan, "WHOLE_ROW_EDGES", whole)
     monkeypatch.setattr(plan, "FUSED_WHOLE_ROW_EDGES", min(whole, plan.FUSED_WHOLE_ROW_EDGES))
     monkeypatch.setattr(plan, "MAX_CHUNKS", chunks)
+    monkeypatch.setattr(column_blocks, "COLUMN_BLOCKS", blocks)
     if resident_warps is not None:
         monkeypatch.setattr(plan, "_resident_warps", lambda device_id: resident_warps)
     return request.param

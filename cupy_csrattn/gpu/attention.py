@@ -13,6 +13,7 @@ from cupy_csrattn.backend import accumulation_dtype
 from cupy_csrattn.gpu import plan as plans
 from cupy_csrattn.gpu import recording
 from cupy_csrattn.gpu.aggregate import aggregate, merge_split_rows, run_row_kernels
+from cupy_csrattn.gpu.column_blocks import run_blocked
 from cupy_csrattn.gpu.derived import unit_values
 from cupy_csrattn.gpu.kernels import MAX_BATCHED_HEADS, WARP, launch, scratch, thread_grid, vector_width, warp_grid
 from cupy_csrattn.gpu.sddmm import edge_dot
@@ -174,13 +175,23 @@ def _head_chunks(a, b, v, *others, edge, edge_name):
 
 def run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=None, edge=None, warps=None, **backward):
     """One head-span kernel of ``shape`` (from span_for) over the graph's fused plan (the
-    backward passes but its empty rows, zeroed by zero_empty_rows), split rows merged after;
-    ``edge``: the edge data, if any (edge_feat or edge_score, in the caller's edge order);
-    ``warps``: the warps to start (default one per item; gatv2's row pass takes fewer, each
-    summing a strided set of items); ``backward``: grad_out, lse, fwd_out, row_dot, edge_perm
-    (over the transpose), grad_edge, att and att_partial as the stage takes them."""
+    backward passes but its empty rows, zeroed by zero_empty_rows), split rows merged after,
+    or a backward pass of "dot" or "gat" in float32 or float64 over column blocks where they
+    apply (gpu/column_blocks.py); ``edge``: the edge data, if any (edge_feat or edge_score, in
+    the caller's edge order); ``warps``: the warps to start (default one per item; gatv2's row
+    pass takes fewer, each summing a strided set of items); ``backward``: grad_out, lse,
+    fwd_out, row_dot, edge_perm (over the transpose), grad_edge, att and att_partial as the
+    stage takes them."""
     lanes, vec, nv = shape
     heads, features = v.shape[1], v.shape[2]
+    name = f"attention_{score}_{stage}_span{vec}x{nv}" + ("" if edge is None else "_edges")
+    depth = a.shape[2] if a.ndim == 3 else 0
+    args = dict(H=heads, S=lanes, D=depth, F=features, a=a, b=b, c=c, v=v, out1=out1, lse_out=lse_out, out2=out2)
+    args.update(edge=edge, **backward)
+    if stage != "forward" and score in ("dot", "gat") and v.itemsize >= 4 and warps is None:
+        row_bytes = v.itemsize * heads * (features + (depth if score == "dot" else 1))
+        if run_blocked(name, graph, row_bytes, edge is not None and stage == "grad", **args):
+            return
     plan = plans.plan_for(graph, fused=True)
     state_dtype = accumulation_dtype(v.dtype)
     split_items = plan.num_split_items
@@ -195,30 +206,19 @@ def run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=No
     skip_empty = stage != "forward"
     num_items = plan.num_items - (plan.num_empty if skip_empty else 0)
     launch(
-        f"attention_{score}_{stage}_span{vec}x{nv}" + ("" if edge is None else "_edges"),
+        name,
         v.dtype,
         graph.index_dtype,
         warp_grid(num_items if warps is None else warps),
         items=plan.items,
         num_items=num_items,
         num_whole=plan.num_whole,
-        H=heads,
-        S=lanes,
-        D=a.shape[2] if a.ndim == 3 else 0,
-        F=features,
         indices=graph.indices,
-        a=a,
-        b=b,
-        c=c,
-        v=v,
-        out1=out1,
-        lse_out=lse_out,
         partial1=partial1,
         partial_state=partial_state,
-        out2=out2,
         partial2=partial2,
-        edge=edge,
-        **backward,
+        accumulate=0,
+        **args,
     )
     if skip_empty:
         zero_empty_rows(graph, plan, out1, out2)
