@@ -2,6 +2,8 @@
 the CPU, NumPy standing in for CuPy), the choice, and the blocked passes on the GPU against
 the CPU backend, on graphs whose rows are sorted and not, with and without edge data."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from helpers import require_cupy
@@ -51,20 +53,40 @@ def test_pieces_cover_each_row_in_block_order(monkeypatch, blocks, sort):
         assert np.array_equal(indices[begin:end], np.sort(g.indices[begin:end]))
 
 
+H100, H200 = 12.8, 18.4  # peak memory bandwidth, bytes per multiprocessor per clock
+
+
 @pytest.mark.parametrize(
-    "num_dst,num_src,num_edges,row_bytes,l2_bytes,want",
+    "num_dst,num_src,num_edges,row_bytes,l2_bytes,memory,want",
     [
-        (100_000, 100_000, 50_000_000, 2048, 50 << 20, 8),  # dense, H=4 D=F=64 float32: 205 MB gathered
-        (100_000, 100_000, 50_000_000, 1024, 50 << 20, 4),  # H=8 D=F=16
-        (100_000, 100_000, 50_000_000, 256, 50 << 20, 0),  # fits the L2
-        (1_000_000, 1_000_000, 16_000_000, 2048, 50 << 20, 0),  # rows of 16 edges
-        (100_000, 100_000, 50_000_000, 2048, 0, 0),  # no L2 reported: its pieces would be too short
+        (100_000, 100_000, 50_000_000, 2048, 50 << 20, H100, 8),  # dense, H=4 D=F=64 float32: 205 MB gathered
+        (100_000, 100_000, 50_000_000, 1024, 50 << 20, H100, 4),  # H=8 D=F=16
+        (100_000, 100_000, 50_000_000, 2048, 50 << 20, H200, 0),  # memory fast beside the multiprocessors
+        (100_000, 100_000, 50_000_000, 256, 50 << 20, H100, 0),  # fits the L2
+        (1_000_000, 1_000_000, 16_000_000, 2048, 50 << 20, H100, 0),  # rows of 16 edges
+        (100_000, 100_000, 50_000_000, 2048, 0, H100, 0),  # no L2 reported: its pieces would be too short
     ],
 )
 def test_blocks_where_gathered_rows_outgrow_the_l2_and_rows_are_long(
-    num_dst, num_src, num_edges, row_bytes, l2_bytes, want
+    num_dst, num_src, num_edges, row_bytes, l2_bytes, memory, want
 ):
-    assert column_blocks.choose_blocks(num_dst, num_src, num_edges, row_bytes, l2_bytes) == want
+    assert column_blocks.choose_blocks(num_dst, num_src, num_edges, row_bytes, l2_bytes, memory) == want
+
+
+def test_device_memory_from_the_properties(monkeypatch):
+    """An H100's properties (CuPy's names, kHz clocks): 50 MiB of L2, 12.8 bytes per
+    multiprocessor per clock (3.35 TB/s over 132 multiprocessors at 1.98 GHz)."""
+    properties = dict(
+        l2CacheSize=52428800, memoryClockRate=2619000, memoryBusWidth=5120, multiProcessorCount=132, clockRate=1980000
+    )
+    runtime = SimpleNamespace(getDeviceProperties=lambda device_id: properties)
+    monkeypatch.setattr(backend, "cupy", SimpleNamespace(cuda=SimpleNamespace(runtime=runtime)))
+    column_blocks.device_memory.cache_clear()
+    try:
+        l2_bytes, rate = column_blocks.device_memory(0)
+    finally:
+        column_blocks.device_memory.cache_clear()
+    assert l2_bytes == 52428800 and rate == pytest.approx(12.83, abs=0.01)
 
 
 def _attention_inputs(rng, g, heads, features, dtype):

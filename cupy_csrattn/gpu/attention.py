@@ -2,7 +2,8 @@
 graph_attention and gat_attention (attention.cu), forward and backward.
 
 The fused ops allocate nothing per edge: besides their outputs, the backward holds one
-(N, H) array (row_dot) and uses the graph's cached plan and transpose.
+(N, H) array (row_dot) and uses the graph's cached plan and transpose (and, where its passes
+run over column blocks, the graph's cached blocks and indices sorted within rows).
 """
 
 import math

@@ -10,10 +10,16 @@ gather from a B-th of the arrays. Launch 0 writes each row's sums (every row, th
 edge in block 0 too), later launches add theirs to what the row holds (the span kernels'
 ``accumulate``), in block order: deterministic, no atomics, no partials, nothing per edge.
 
-Measured on an H100 (dense graph of 100k rows of 400-600 edges, graph_attention float32,
-rows' pieces as split items merged after, B = 8): forward 0.69x, backward 0.67x the time of
-the unblocked passes; on an H200 the backward ran 1.17x slower that way
-(benchmarks/results/column_blocks_*).
+Where the device's memory outpaces its multiprocessors, the unblocked passes gain less from
+the blocks than the extra launches and own-row loads cost. Measured (benchmarks/results/
+column_blocks_*), dense graph of 100k rows of 400-600 edges, float32: on an H100 (3.35 TB/s,
+12.8 bytes per multiprocessor per clock) graph_attention's backward at H=4, D=F=64 in 8
+blocks took 34.4 ms against 56.4 unblocked (the unfused chain's backward: 46.0), at H=8,
+D=F=16 in 4 blocks 17.7 against 25.3; gat_attention's 18.4 against 22.8 and 11.4 against
+12.0. On an H200 (4.8 TB/s, 18.4 bytes per multiprocessor per clock) the same blocks, each
+row's pieces written as split items and merged after, made graph_attention's backward 1.17x
+slower at H=4, D=F=64 (29.4 ms unblocked) and 1.01-1.05x at H=8, D=F=16: devices above
+MAX_DRAM_BYTES_PER_SM_CLOCK, between the two, do not block.
 """
 
 import functools
@@ -29,6 +35,9 @@ COLUMN_BLOCKS = None
 #: Blocks only where a row's piece averages at least this many edges (each launch loads every
 #: row's own rows again).
 MIN_PIECE_EDGES = 32
+#: Blocks only on devices whose peak memory bandwidth, in bytes per multiprocessor per clock,
+#: is at most this (the H100 measured above: 12.8; the H200: 18.4).
+MAX_DRAM_BYTES_PER_SM_CLOCK = 15.0
 
 
 class ColumnBlocks:
@@ -48,8 +57,8 @@ def column_blocks_for(graph, row_bytes, edge_order_matters):
     or ``edge_order_matters`` (edge data read by edge position) and the rows are not sorted."""
     blocks = COLUMN_BLOCKS
     if blocks is None:
-        l2_bytes = _l2_bytes(backend.cupy.cuda.runtime.getDevice())
-        blocks = choose_blocks(graph.num_dst, graph.num_src, graph.num_edges, row_bytes, l2_bytes)
+        memory = device_memory(backend.cupy.cuda.runtime.getDevice())
+        blocks = choose_blocks(graph.num_dst, graph.num_src, graph.num_edges, row_bytes, *memory)
     if blocks < 2 or not graph.num_edges:
         return None
     if plans.plan_for(graph, fused=True).num_split:
@@ -60,10 +69,13 @@ def column_blocks_for(graph, row_bytes, edge_order_matters):
     return graph.cached(("column blocks", blocks), lambda: ColumnBlocks(_block_items(graph, indices, blocks), indices))
 
 
-def choose_blocks(num_dst, num_src, num_edges, row_bytes, l2_bytes):
+def choose_blocks(num_dst, num_src, num_edges, row_bytes, l2_bytes, dram_bytes_per_sm_clock):
     """Column blocks for a pass gathering ``row_bytes`` from each of ``num_src`` nodes: the
     gathered bytes over half the L2, rounded (a block's rows then about fill half of it), where
-    that is 2 or more and rows' pieces average MIN_PIECE_EDGES edges or more; else 0."""
+    that is 2 or more, rows' pieces average MIN_PIECE_EDGES edges or more and the device's
+    memory is no faster than MAX_DRAM_BYTES_PER_SM_CLOCK; else 0."""
+    if dram_bytes_per_sm_clock > MAX_DRAM_BYTES_PER_SM_CLOCK:
+        return 0
     blocks = round(2 * num_src * row_bytes / max(l2_bytes, 1))
     if blocks < 2 or num_edges < MIN_PIECE_EDGES * blocks * num_dst:
         return 0
@@ -94,8 +106,13 @@ def run_blocked(name, graph, row_bytes, edge_order_matters, **args):
 
 
 @functools.lru_cache(maxsize=None)
-def _l2_bytes(device_id):
-    return backend.cupy.cuda.runtime.getDeviceProperties(device_id)["l2CacheSize"]
+def device_memory(device_id):
+    """(L2 bytes, peak memory bandwidth in bytes per multiprocessor per clock) of a device, from
+    its properties (two transfers per memory clock over the bus)."""
+    properties = backend.cupy.cuda.runtime.getDeviceProperties(device_id)
+    bandwidth = 2 * properties["memoryClockRate"] * properties["memoryBusWidth"] / 8  # bytes per ms (kHz clocks)
+    sm_clocks = properties["multiProcessorCount"] * properties["clockRate"]  # per ms
+    return properties["l2CacheSize"], bandwidth / max(sm_clocks, 1)
 
 
 def _edge_rows(graph):
