@@ -5,8 +5,9 @@ forward and this library's unfused chain, float32, on graphs of compare_trees.GR
 Run on a machine with a GPU, from the repository root:
     PYTHONPATH=. python3 benchmarks/column_blocks.py OUT.json [GRAPH ...]
 Per graph, op (graph_attention, gat_attention) and shape (H=8 D=F=16, H=4 D=F=64): the
-forward; the backward unblocked (COLUMN_BLOCKS = 0) and as the library chooses (the blocks
-it chose for the pass over the rows and the pass over the transpose); the unfused chain's
+forward; the backward unblocked (COLUMN_BLOCKS = 0), as the library chooses (the blocks it
+chose for the pass over the rows and the pass over the transpose) and in the blocks it would
+choose on a device of slow memory (``blocks_any_device``, both passes); the unfused chain's
 backward (its forward + backward less its forward); the largest relative difference of the
 chosen backward's gradients to the unblocked ones. Replay off; medians of 10 event-timed
 calls after 2 untimed ones (bench.timing.time_gpu).
@@ -67,6 +68,14 @@ def measure(graph, name, op, H, F, rng):
     record["blocks_rows_pass"], record["blocks_sources_pass"] = chosen
     blocked = backward(graph, *x, out, grad_out, lse)
     record["backward_ms"] = timed(lambda: backward(graph, *x, out, grad_out, lse))
+    # The blocks the rows pass would take on a device whose memory is slow beside its
+    # multiprocessors (where this one's is not, the blocks it declines), for both passes.
+    l2_bytes, _ = column_blocks.device_memory(cupy.cuda.runtime.getDevice())
+    row_bytes = 4 * H * (F + (F if op == "graph_attention" else 1))
+    column_blocks.COLUMN_BLOCKS = column_blocks.choose_blocks(n, s, graph.num_edges, row_bytes, l2_bytes, 0.0)
+    record["blocks_any_device"] = column_blocks.COLUMN_BLOCKS
+    record["backward_blocks_any_device_ms"] = timed(lambda: backward(graph, *x, out, grad_out, lse))
+    column_blocks.COLUMN_BLOCKS = None
     record["max_relative_difference"] = max(
         float(cupy.abs(a - b).max() / max(float(cupy.abs(b).max()), 1e-30)) for a, b in zip(blocked, unblocked)
     )
