@@ -24,6 +24,7 @@ from compare_trees import graphs
 import cupy_csrattn as ca
 from cupy_csrattn import datasets
 from cupy_csrattn.bench import baselines
+from cupy_csrattn.bench.report import write_json
 from cupy_csrattn.bench.timing import time_gpu
 from cupy_csrattn.gpu import column_blocks, replay
 
@@ -96,9 +97,7 @@ def main(out_path, *names):
                 records.append(measure(graph, name, op, H, F, rng))
                 print(json.dumps(records[-1]), flush=True)
                 cupy.get_default_memory_pool().free_all_blocks()
-    gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    with open(out_path, "w") as file:
-        json.dump(dict(gpu=gpu, records=records), file, indent=1)
+    write_json(out_path, dict(gpu=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), records=records))
 
 
 if __name__ == "__main__":
