@@ -422,6 +422,41 @@ def test_graph_attention_backward_names_v(xp):
     assert "values" not in str(error.value)
 
 
+def test_an_input_copy_beyond_memory_is_refused_before_it_is_made(monkeypatch, xp):
+    """A broadcast (zero-stride) input holds little memory but is copied at its whole size to
+    the C-contiguous layout the backends take: a copy larger than the machine's memory (or the
+    GPU's) was NumPy's or CuPy's MemoryError naming nothing (or, overcommitted on the host, a
+    process killed while the copy was written). Now the copy's shape and size are named first;
+    a copy that fits is made and computed with."""
+    from cupy_csrattn import backend
+
+    def memory_is(nbytes):
+        if is_numpy(xp):
+            monkeypatch.setattr(backend, "host_memory_bytes", lambda: nbytes)
+        else:
+            monkeypatch.setattr(backend, "_gpu_memory_bytes", lambda device_id: nbytes)
+
+    kind = "host" if is_numpy(xp) else "GPU"
+    num_src = 2**33
+    graph = ca.CSRGraph(np.array([0, 2, 3]), np.array([0, num_src - 1, 5], np.int64), num_src=num_src)
+    values = xp.broadcast_to(xp.ones((1, 2, 64), np.float32), (num_src, 2, 64))  # 4 TiB as a copy
+    weights = xp.ones((3, 2), np.float32)
+    memory_is(2**30)
+    shape = rf"\({num_src}, 2, 64\)"
+    with pytest.raises(
+        MemoryError, match=rf"a copy of an input of shape {shape} in float32 needs at least 4096.0 GiB of {kind}"
+    ):
+        ca.spmm(graph, weights, values)
+    scores = xp.broadcast_to(xp.arange(3, dtype=np.float32)[:, None], (3, 4096))  # 48 KiB as a copy
+    memory_is(2**15)
+    with pytest.raises(MemoryError, match=rf"a copy of an input of shape \(3, 4096\) in float32 .* of {kind}"):
+        ca.edge_softmax(graph, scores)
+    memory_is(2**30)
+    e = np.e
+    expected = np.broadcast_to(np.array([[1 / (1 + e)], [e / (1 + e)], [1.0]]), (3, 4096))
+    np.testing.assert_allclose(to_np(ca.edge_softmax(graph, scores)), expected, rtol=1e-6)
+
+
 def test_an_output_beyond_memory_is_named_before_it_is_made(monkeypatch, xp):
     """An output larger than the memory of the machine (or the GPU) that computes it was
     NumPy's or CuPy's MemoryError, naming no output (or, overcommitted on the host, a process
