@@ -191,7 +191,7 @@ def run_span(stage, shape, score, graph, a, b, c, v, out1, lse_out=None, out2=No
     args.update(edge=edge, **backward)
     if stage != "forward" and score in ("dot", "gat") and v.itemsize >= 4 and warps is None:
         row_bytes = v.itemsize * heads * (features + (depth if score == "dot" else 1))
-        if run_blocked(name, graph, row_bytes, edge is not None and stage == "grad", **args):
+        if run_blocked(name, graph, row_bytes, edge is not None, **args):
             return
     plan = plans.plan_for(graph, fused=True)
     state_dtype = accumulation_dtype(v.dtype)

@@ -35,6 +35,10 @@ COLUMN_BLOCKS = None
 #: Blocks only where a row's piece averages at least this many edges (each launch loads every
 #: row's own rows again).
 MIN_PIECE_EDGES = 32
+#: Bytes per edge that building a graph's blocks (and its indices sorted within rows) may hold
+#: at once, in int64 temporaries; graphs whose build would take over half the device's memory
+#: run unblocked.
+BUILD_BYTES_PER_EDGE = 48
 #: Blocks only on devices whose peak memory bandwidth, in bytes per multiprocessor per clock,
 #: is at most this (the H100 measured above: 12.8; the H200: 18.4).
 MAX_DRAM_BYTES_PER_SM_CLOCK = 15.0
@@ -54,7 +58,8 @@ def column_blocks_for(graph, row_bytes, edge_order_matters):
     """The ColumnBlocks of a backward pass over ``graph`` gathering ``row_bytes`` per source
     node, or None where the pass runs unblocked: the gathered rows fit twice the L2, or rows
     are short, or the fused plan splits rows (its hub rows: the plan's split items serve them),
-    or ``edge_order_matters`` (edge data read by edge position) and the rows are not sorted."""
+    or ``edge_order_matters`` (edge data read by edge position) and the rows are not sorted, or
+    building the blocks would take over half the device's memory."""
     blocks = COLUMN_BLOCKS
     if blocks is None:
         memory = device_memory(backend.cupy.cuda.runtime.getDevice())
@@ -62,6 +67,9 @@ def column_blocks_for(graph, row_bytes, edge_order_matters):
     if blocks < 2 or not graph.num_edges:
         return None
     if plans.plan_for(graph, fused=True).num_split:
+        return None
+    device_bytes = backend._gpu_memory_bytes(backend.cupy.cuda.runtime.getDevice())
+    if BUILD_BYTES_PER_EDGE * graph.num_edges > device_bytes // 2:  # the build's temporaries
         return None
     indices, already_sorted = graph.cached("indices sorted within rows", lambda: _sorted_within_rows(graph))
     if edge_order_matters and not already_sorted:
