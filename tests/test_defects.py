@@ -422,20 +422,27 @@ def test_graph_attention_backward_names_v(xp):
     assert "values" not in str(error.value)
 
 
-def test_an_input_copy_beyond_memory_is_refused_before_it_is_made(monkeypatch, xp):
-    """A broadcast (zero-stride) input holds little memory but is copied at its whole size to
-    the C-contiguous layout the backends take: a copy larger than the machine's memory (or the
-    GPU's) was NumPy's or CuPy's MemoryError naming nothing (or, overcommitted on the host, a
-    process killed while the copy was written). Now the copy's shape and size are named first;
-    a copy that fits is made and computed with."""
+@pytest.fixture
+def memory_is(monkeypatch, xp):
+    """A function setting the memory the backend reports for xp's device: the host's for NumPy,
+    the GPU's for CuPy (None: a platform that does not say)."""
     from cupy_csrattn import backend
 
-    def memory_is(nbytes):
+    def set_memory(nbytes):
         if is_numpy(xp):
             monkeypatch.setattr(backend, "host_memory_bytes", lambda: nbytes)
         else:
             monkeypatch.setattr(backend, "_gpu_memory_bytes", lambda device_id: nbytes)
 
+    return set_memory
+
+
+def test_an_input_copy_beyond_memory_is_refused_before_it_is_made(memory_is, xp):
+    """A broadcast (zero-stride) input holds little memory but is copied at its whole size to
+    the C-contiguous layout the backends take: a copy larger than the machine's memory (or the
+    GPU's) was NumPy's or CuPy's MemoryError naming nothing (or, overcommitted on the host, a
+    process killed while the copy was written). Now the copy's shape and size are named first;
+    a copy that fits is made and computed with."""
     kind = "host" if is_numpy(xp) else "GPU"
     num_src = 2**33
     graph = ca.CSRGraph(np.array([0, 2, 3]), np.array([0, num_src - 1, 5], np.int64), num_src=num_src)
@@ -457,19 +464,11 @@ def test_an_input_copy_beyond_memory_is_refused_before_it_is_made(monkeypatch, x
     np.testing.assert_allclose(to_np(ca.edge_softmax(graph, scores)), expected, rtol=1e-6)
 
 
-def test_an_output_beyond_memory_is_named_before_it_is_made(monkeypatch, xp):
+def test_an_output_beyond_memory_is_named_before_it_is_made(memory_is, xp):
     """An output larger than the memory of the machine (or the GPU) that computes it was
     NumPy's or CuPy's MemoryError, naming no output (or, overcommitted on the host, a process
     killed when it was written): now the output is named first. attention_aggregate's lse of
     one row and 2**40 heads is 4 TiB, with inputs of size 0."""
-    from cupy_csrattn import backend
-
-    def memory_is(nbytes):
-        if is_numpy(xp):
-            monkeypatch.setattr(backend, "host_memory_bytes", lambda: nbytes)
-        else:
-            monkeypatch.setattr(backend, "_gpu_memory_bytes", lambda device_id: nbytes)
-
     kind = "host" if is_numpy(xp) else "GPU"
     graph = ca.CSRGraph(np.array([0, 0]), np.zeros(0, np.int64), num_src=0)
     H = 2**40
