@@ -8,7 +8,8 @@ at the boundaries of B equal blocks of source ids (each row's sources sorted), a
 B launches, launch b taking every row's edges into block b: the warps running at once then
 gather from a B-th of the arrays. Launch 0 writes each row's sums (every row, those with no
 edge in block 0 too), later launches add theirs to what the row holds (the span kernels'
-``accumulate``), in block order: deterministic, no atomics, no partials, nothing per edge.
+``accumulate``), in block order: deterministic, no atomics, no partials, nothing per edge in
+a call (a graph whose rows are not sorted caches a sorted copy of its indices).
 
 Where the device's memory outpaces its multiprocessors, the unblocked passes gain less from
 the blocks than the extra launches and own-row loads cost. Measured (benchmarks/results/
@@ -16,7 +17,7 @@ column_blocks_*), dense graph of 100k rows of 400-600 edges, float32: on an H100
 12.8 bytes per multiprocessor per clock) graph_attention's backward at H=4, D=F=64 in 8
 blocks took 34.4 ms against 56.4 unblocked (the unfused chain's backward: 46.0), at H=8,
 D=F=16 in 4 blocks 17.7 against 25.3; gat_attention's 18.4 against 22.8 and 11.4 against
-12.0. On an H200 (4.8 TB/s, 18.4 bytes per multiprocessor per clock) the same blocks, each
+12.0. On an H200 (4.8 TB/s by its datasheet: about 18.4 bytes per multiprocessor per clock) the same blocks, each
 row's pieces written as split items and merged after, made graph_attention's backward 1.17x
 slower at H=4, D=F=64 (29.4 ms unblocked) and 1.01-1.05x at H=8, D=F=16: devices above
 MAX_DRAM_BYTES_PER_SM_CLOCK, between the two, do not block.
@@ -40,7 +41,7 @@ MIN_PIECE_EDGES = 32
 #: run unblocked.
 BUILD_BYTES_PER_EDGE = 48
 #: Blocks only on devices whose peak memory bandwidth, in bytes per multiprocessor per clock,
-#: is at most this (the H100 measured above: 12.8; the H200: 18.4).
+#: is at most this (the H100 measured above: 12.8 from its properties; the H200: about 18.4).
 MAX_DRAM_BYTES_PER_SM_CLOCK = 15.0
 
 
