@@ -17,10 +17,10 @@ column_blocks_*), dense graph of 100k rows of 400-600 edges, float32: on an H100
 12.8 bytes per multiprocessor per clock) graph_attention's backward at H=4, D=F=64 in 8
 blocks took 34.4 ms against 56.4 unblocked (the unfused chain's backward: 46.0), at H=8,
 D=F=16 in 4 blocks 17.7 against 25.3; gat_attention's 18.4 against 22.8 and 11.4 against
-12.0. On an H200 (4.8 TB/s by its datasheet: about 18.4 bytes per multiprocessor per clock) the same blocks, each
-row's pieces written as split items and merged after, made graph_attention's backward 1.17x
-slower at H=4, D=F=64 (29.4 ms unblocked) and 1.01-1.05x at H=8, D=F=16: devices above
-MAX_DRAM_BYTES_PER_SM_CLOCK, between the two, do not block.
+12.0. On an H200 (4.8 TB/s by its datasheet: about 18.4 bytes per multiprocessor per clock)
+the same blocks, each row's pieces written as split items and merged after, made
+graph_attention's backward 1.17x slower at H=4, D=F=64 (29.4 ms unblocked) and 1.01-1.05x at
+H=8, D=F=16: devices above MAX_DRAM_BYTES_PER_SM_CLOCK, between the two, do not block.
 """
 
 import functools
