@@ -349,6 +349,17 @@ def test_client_without_workers():
             cad.PartitionedGraph.from_graph(ca.CSRGraph(*_square()), empty)
 
 
+def test_workers_are_asked_of_the_scheduler(client, monkeypatch):
+    """The client's periodic refresh replaces its cached identity with one that lists no
+    worker (it asks for totals only), and could do so between scheduler_info's fetch and its
+    return: a graph was then refused as if the cluster had no workers. The workers are asked
+    of the scheduler itself, whatever the cache holds."""
+    empty = dict(client.scheduler_info(), workers={})
+    monkeypatch.setattr(client, "scheduler_info", lambda *args, **kwargs: empty)
+    pg = cad.PartitionedGraph.from_graph(ca.CSRGraph(*_square()), client, 2)
+    assert pg.npartitions == 2 and len(set(pg.workers)) == 2
+
+
 def test_a_stuck_partition_times_out_with_its_name(client, partitioned):
     """Partition 1's worker is busy past the timeout (as a lost or hung worker would leave it):
     the call raises TimeoutError naming partition 1 instead of waiting."""

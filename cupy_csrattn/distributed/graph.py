@@ -27,10 +27,14 @@ EXCHANGES = ("tasks", "nccl")
 
 
 def workers_of(client):
-    """The addresses of the client's workers, sorted; ValueError when there are none."""
+    """The addresses of the client's workers, sorted; ValueError when there are none.
+
+    Asked of the scheduler itself: Client.scheduler_info returns the client's cached identity,
+    which its periodic refresh may replace, between the fetch and the return, with one that
+    lists no worker (the refresh asks for totals only)."""
     if not isinstance(client, distributed.Client):
         raise TypeError(f"client must be a distributed.Client, got {type(client).__name__}")
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = sorted(client.sync(client.scheduler.identity)["workers"])
     if not workers:
         raise ValueError("client has no workers: start the cluster's workers (or wait for them) first")
     return workers
