@@ -25,8 +25,12 @@ the op reads its inputs and writes its output about once instead of once per ste
 matters most when other processes share the memory bandwidth.
 
 Nothing of size (E, F) or (E, H, F) is ever materialized: sparse products work on
-(N, F) operands (and the per-edge dot products of edge_dots gather features in bounded
-blocks).
+(N, F) operands, a head at a time (and the per-edge dot products of edge_dots gather
+features in bounded blocks). Graphs with few edges per head are the exception: there a
+sparse product per head costs more in calls than in work, so their gather-sums form the
+products of a block of heads (at most ``_BLOCK_ELEMENTS`` of them) and sum them with the
+row-block matrices, each row in the same chunks and order as the per-head product (the
+results are bitwise the same).
 """
 
 import math
@@ -44,6 +48,12 @@ _CHUNK = 32
 # block stays in a core's L2 cache between the steps that use it.
 _BLOCK_ELEMENTS = 1 << 18
 _MIN_BLOCK_EDGES = 1 << 12
+
+# Gather-sums with several heads and at most this many edges x features sum the heads
+# together (see the module docstring). A per-head product costs about 15 us in calls; above
+# this size the batched products cost more than those calls save (measured on 8 heads of 16
+# features: 2.8x faster at 512 edges, 1.1x at 2048, 0.3x at 4096).
+_HEAD_BATCH_ELEMENTS = 1 << 14
 
 
 # -- dtypes and small helpers -----------------------------------------------------------
@@ -269,8 +279,14 @@ def source_sum(graph, x):
     """
     if not graph.num_edges:  # every sum is empty: no bincount per head
         return np.zeros((graph.num_src, x.shape[1]))
-    result = np.empty((graph.num_src, x.shape[1]))
-    for head in range(x.shape[1]):
+    heads = x.shape[1]
+    if graph.num_edges < heads:  # a bincount per head would cost more in calls than in work
+        # One bincount over (source, head) bins: each bin still adds its edges in edge order.
+        bins = (graph.indices.astype(np.int64)[:, None] * heads + np.arange(heads)).ravel()
+        flat = np.bincount(bins, weights=np.ravel(x), minlength=graph.num_src * heads)
+        return flat.reshape(graph.num_src, heads)
+    result = np.empty((graph.num_src, heads))
+    for head in range(heads):
         result[:, head] = np.bincount(graph.indices, weights=x[:, head], minlength=graph.num_src)
     return result
 
@@ -313,6 +329,29 @@ def gather_sum(graph, weights, values, out, transpose=False):
             write(out, result.reshape(out.shape))
         return out
     weights = np.asarray(weights, dtype=dtype)
+    if heads > 1 and out.dtype == dtype and graph.num_edges * features <= _HEAD_BATCH_ELEMENTS:
+        return _gather_sum_head_blocks(graph, weights, values, out)
     for head in range(heads):
         product(np.ascontiguousarray(weights[:, head]), np.ascontiguousarray(values[:, head, :]), out[:, head, :])
+    return out
+
+
+def _gather_sum_head_blocks(graph, weights, values, out):
+    """gather_sum (no transpose) of several heads at a time: the (edges, heads, F) products
+    of a block of heads and rows, summed over each row with the row blocks' matrices (the
+    same chunks and order as the per-head product). ``out`` has the compute dtype: the
+    per-head product casts a long row's float64 sum straight to out's dtype, this would
+    cast it to the compute dtype first."""
+    num_rows, heads, features = out.shape
+    group = max(1, _BLOCK_ELEMENTS // max(1, graph.num_edges * features))
+    for first in range(0, heads, group):
+        block_heads = slice(first, min(first + group, heads))
+        num_heads = block_heads.stop - first
+        width = num_heads * features
+        blocks = row_blocks(graph, width)
+        for block in blocks:
+            terms = np.take(values[:, block_heads], graph.indices[block.edges], axis=0)
+            terms *= weights[block.edges, block_heads, None]
+            sums = blocks.row_sums(block, terms.reshape(len(terms), width))
+            out[block.rows, block_heads] = sums.reshape(len(block.degrees), num_heads, features)
     return out
