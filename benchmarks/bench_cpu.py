@@ -29,6 +29,7 @@ import numpy as np
 import scipy
 
 import cupy_csrattn as ca
+from cupy_csrattn.bench.devices import cpu_name
 
 TARGETS = {"edge_softmax": 30.0, "spmm": 5.0, "attention_aggregate": 5.0}
 
@@ -95,17 +96,6 @@ def median_time(call, repeats):
     return float(np.median(times)), times
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def slug(text):
     text = re.sub(r"\((r|tm)\)", "", text.lower())
     text = re.sub(r"\b(cpu|processor)\b", "", text)
@@ -137,7 +127,7 @@ def main():
         f"graph: {n} rows, {e} edges, {int((degrees == 0).sum())} empty rows, "
         f"largest row {int(degrees.max())} edges, seed {args.seed}"
     )
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} logical cores; numpy {np.__version__}, scipy {scipy.__version__}")
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} logical cores; numpy {np.__version__}, scipy {scipy.__version__}")
     if args.loop_stride > 1:
         print(
             f"loop timed on every {args.loop_stride}th row ({len(loop_rows)} rows, "
@@ -240,7 +230,7 @@ def main():
     report = {
         "benchmark": "cupy_csrattn CPU backend vs per-row Python loop",
         "host": socket.gethostname(),
-        "cpu_model": cpu_model(),
+        "cpu_model": cpu_name(),
         "logical_cores": os.cpu_count(),
         "load_average_1_5_15min_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "python": platform.python_version(),
@@ -269,7 +259,7 @@ def main():
         },
         "results": results,
     }
-    output = args.output or Path(__file__).resolve().parent / "results" / f"cpu_{slug(cpu_model())}.json"
+    output = args.output or Path(__file__).resolve().parent / "results" / f"cpu_{slug(cpu_name())}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {output}")

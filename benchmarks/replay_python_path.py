@@ -20,13 +20,9 @@ TREE: checkouts of the repository to compare (default: this one), named in the J
 the ratios are to the first.
 """
 
-import argparse
 import json
-import platform
-import subprocess
 import sys
 import timeit
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -131,44 +127,10 @@ def time_tree(tree):
     return {name: min(timeit.repeat(call, number=CALLS, repeat=3)) / CALLS * 1e6 for name, call in calls.items()}
 
 
-def cpu_model():
-    """The CPU's model name (Linux), else the machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("trees", nargs="*", default=[str(Path(__file__).resolve().parents[1])])
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--out")
-    parser.add_argument("--time-tree", help=argparse.SUPPRESS)  # a child: time one tree, print JSON
-    options = parser.parse_args()
-    if options.time_tree:
-        print(json.dumps(time_tree(options.time_tree)))
-        return
-    best = {tree: {} for tree in options.trees}
-    for _ in range(options.rounds):
-        for tree in options.trees:
-            child = [sys.executable, __file__, "--time-tree", tree]
-            times = json.loads(subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout)
-            for name, us in times.items():
-                best[tree][name] = min(us, best[tree].get(name, us))
-    first = options.trees[0]
-    for name in CASES:
-        row = "  ".join(f"{best[tree][name]:6.2f} us ({best[tree][name] / best[first][name]:5.3f})" for tree in best)
-        print(f"{name:<36} {row}", flush=True)
-    if options.out:
-        record = dict(
-            cpu=cpu_model(), python=platform.python_version(), calls=CALLS, rounds=options.rounds, best_us=best
-        )
-        Path(options.out).write_text(json.dumps(record, indent=1) + "\n")
-
-
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--time-tree"]:  # a child: time one tree (before importing this checkout's package)
+        print(json.dumps(time_tree(sys.argv[2])))
+    else:
+        from cupy_csrattn.bench import trees
+
+        trees.main(__file__, __doc__, rounds=4, unit="us", calls=CALLS)
