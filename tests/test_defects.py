@@ -484,3 +484,23 @@ def test_an_output_beyond_memory_is_named_before_it_is_made(memory_is, xp):
     memory_is(None)  # a platform that does not say: no check
     expected = np.full((300, 1000), 1 / 300, np.float32)
     np.testing.assert_allclose(to_np(ca.edge_softmax(edges, big)), expected, rtol=1e-6)
+
+
+def test_normalizing_by_source_beyond_memory_is_refused_before_anything_is_built(memory_is, xp):
+    """norm_by="src" works on one row per source node, however few the edges: a tuple graph
+    of 3 edges with one stray source id of 2**29 took over 24 GiB on the CPU and the process
+    was killed. Now the per-source state is checked against the memory first, naming num_src,
+    and nothing (no transpose) is built on the graph."""
+    kind = "host" if is_numpy(xp) else "GPU"
+    graph = ca.CSRGraph(np.array([0, 2, 3]), np.array([0, 1, 2**29]))
+    scores = xp.zeros((3, 2), np.float32)
+    memory_is(2**30)
+    message = rf"normalizing by source \(num_src={2**29 + 1} source nodes, H=2\) needs at least .* of {kind}"
+    with pytest.raises(MemoryError, match=message):
+        ca.edge_softmax(graph, scores, norm_by="src")
+    with pytest.raises(MemoryError, match=message):
+        ca.edge_softmax_backward(graph, scores + 0.5, scores, norm_by="src")
+    assert not any("transpose" in str(key) for key in graph._cache)
+    small = ca.CSRGraph(np.array([0, 2, 3]), np.array([0, 1, 2**10]))
+    np.testing.assert_array_equal(to_np(ca.edge_softmax(small, scores, norm_by="src")), np.ones((3, 2)))
+

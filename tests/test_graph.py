@@ -314,14 +314,14 @@ def test_transpose_spmm_is_the_adjoint(xp, graph, seed):
 
 @pytest.mark.parametrize("num_src, error", [(2**62, ValueError), (10**15, MemoryError)])
 def test_a_transpose_beyond_memory_names_num_src(xp, monkeypatch, num_src, error):
-    """The transpose needs an indptr of num_src + 1 entries (so does norm_by="src"): where that
-    cannot fit (an address space; this machine's or the GPU's memory), the error names num_src
-    before anything is allocated, and the graph is unchanged."""
+    """The transpose needs an indptr of num_src + 1 entries (norm_by="src" that and its state
+    per source, test_defects): where that cannot fit (an address space; this machine's or the
+    GPU's memory), the error names num_src before anything is allocated, and the graph is
+    unchanged."""
     g = ca.CSRGraph(xp.asarray([0, 1, 1]), xp.asarray([0]), num_src=num_src)
-    message = f"the transpose of a graph of num_src={num_src} needs"
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=f"the transpose of a graph of num_src={num_src} needs"):
         g.transpose()
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=rf"normalizing by source \(num_src={num_src} source nodes, H=2\) needs"):
         ca.edge_softmax(g, xp.ones((1, 2), xp.float32), norm_by="src")
     assert "transpose" not in g._cache and g.num_src == num_src
 

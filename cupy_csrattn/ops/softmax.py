@@ -1,5 +1,7 @@
 """edge_softmax and edge_softmax_backward."""
 
+import math
+
 import numpy as np
 import scipy.sparse
 
@@ -11,6 +13,22 @@ from cupy_csrattn.ops.placement import Placement
 from cupy_csrattn.ops.registry import register
 
 NORM_BY = ("dst", "src")
+
+# Normalizing by source runs over the rows of the graph's transpose, one per source node,
+# however few the edges (a tuple graph's num_src is its largest index + 1: one stray id of
+# 2**29 made a graph of 3 edges take over 24 GiB and the process be killed). Its indptr, the
+# rows' degrees and blocks and the per-row, per-head softmax state peaked at 56 + 7 * H bytes
+# per source node on the CPU backend (tracemalloc, 3 edges, 2**22 sources, H = 1 to 32).
+SOURCE_ROW_BYTES, SOURCE_ROW_HEAD_BYTES = 64, 8
+
+
+def _check_source_rows(place, norm_by, edge_array):
+    """Before normalizing by source: MemoryError where its per-source state cannot fit."""
+    if norm_by == "src":
+        heads = math.prod(edge_array.shape[1:])
+        nbytes = place.graph.num_src * (SOURCE_ROW_BYTES + SOURCE_ROW_HEAD_BYTES * heads)
+        what = f"normalizing by source (num_src={place.graph.num_src} source nodes, H={heads})"
+        backend.check_memory(what, nbytes, place.on_gpu)
 
 
 @register(
@@ -70,6 +88,7 @@ def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
             " format): pass graph.tocsr(), or set its data to float32"
         )
     place = Placement(g, order, [scores])
+    _check_source_rows(place, norm_by, scores)
     canonical = place.edge_input(scores, dtype)
     work, result = place.output("out", out, scores.shape, dtype, canonical.shape, edge=True)
     place.run(edge_softmax.op, canonical, norm_by, work)
@@ -120,6 +139,7 @@ def edge_softmax_backward(graph, probs, grad_probs, *, out=None, norm_by="dst"):
     _validate.edge_array("grad_probs", grad_probs, g, heads=heads, heads_of="probs")
     dtype, _ = _validate.result_dtypes(probs, grad_probs)
     place = Placement(g, order, [probs, grad_probs])
+    _check_source_rows(place, norm_by, probs)
     probs_c = place.edge_input(probs, dtype)
     grad_c = place.edge_input(grad_probs, dtype)
     work, result = place.output("out", out, probs.shape, dtype, probs_c.shape, edge=True)
