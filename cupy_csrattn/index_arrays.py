@@ -19,21 +19,38 @@ def index_array(name, array, on_gpu):
     caller); TypeError/ValueError naming it."""
     if backend.is_cupy_array(array):
         on_gpu = True
-    if on_gpu:
-        array = backend.to_device(array, True)
     dtype = array.dtype
     if dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {dtype}")
     if array.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
+    if on_gpu and not backend.is_cupy_array(array):
+        # CuPy copies a NumPy array to the GPU through a C-contiguous one on the host.
+        if not array.flags.c_contiguous:
+            _check_copy(name, array, dtype, on_gpu=False)
+        _check_copy(name, array, dtype, on_gpu=True)
+        array = backend.to_device(array, True)
     if dtype in (np.int32, np.int64):
         # The GPU kernels read an index array through its data pointer, as a dense run of
         # elements: a strided view (a[::2], a[::-1]) would be read as the buffer it lies in.
-        return array if array.flags.c_contiguous else array.copy()
+        if array.flags.c_contiguous:
+            return array
+        _check_copy(name, array, dtype, on_gpu)
+        return array.copy()
     if dtype.itemsize < 4 or dtype == np.uint32:
         # Every value of these types fits: int32 for the narrow ones, int64 for uint32.
-        return array.astype(np.int32 if dtype.itemsize < 4 else np.int64)
+        converted = np.dtype(np.int32 if dtype.itemsize < 4 else np.int64)
+        _check_copy(name, array, converted, on_gpu)
+        return array.astype(converted)
     return array  # uint64: converted by the caller once its values are known to fit
+
+
+def _check_copy(name, array, dtype, on_gpu):
+    """Before a copy of index array ``name`` in ``dtype`` is made: MemoryError naming it where
+    the copy cannot fit. A zero-stride (broadcast) array holds little memory but copies at its
+    whole size."""
+    nbytes = len(array) * np.dtype(dtype).itemsize
+    backend.check_memory(f"a copy of {name} ({len(array)} elements of {np.dtype(dtype).name})", nbytes, on_gpu)
 
 
 def uint64_fits(name, array):

@@ -504,3 +504,24 @@ def test_normalizing_by_source_beyond_memory_is_refused_before_anything_is_built
     small = ca.CSRGraph(np.array([0, 2, 3]), np.array([0, 1, 2**10]))
     np.testing.assert_array_equal(to_np(ca.edge_softmax(small, scores, norm_by="src")), np.ones((3, 2)))
 
+
+def test_an_index_array_copy_beyond_memory_is_named_before_it_is_made(memory_is, xp):
+    """A broadcast (zero-stride) index array is copied at its whole size to the C-contiguous
+    array a graph holds: 2**40 int64 zeros were NumPy's MemoryError of 8 TiB, naming nothing.
+    Now the copy is refused first, naming the argument; a copy that fits is made."""
+    kind = "host" if is_numpy(xp) else "GPU"
+    huge = xp.broadcast_to(xp.zeros((), np.int64), (2**40,))
+    none = xp.zeros(0, np.int64)
+    memory_is(2**30)
+    with pytest.raises(MemoryError, match=rf"a copy of indptr \({2**40} elements of int64\) needs .* of {kind}"):
+        ca.CSRGraph(huge, none)
+    with pytest.raises(MemoryError, match=rf"a copy of indices \({2**40} elements of int64\) needs .* of {kind}"):
+        ca.CSRGraph(xp.zeros(2, np.int64), huge)
+    with pytest.raises(MemoryError, match=rf"a copy of src \({2**40} elements of int64\) needs .* of {kind}"):
+        ca.CSRGraph.from_edge_index(huge, huge, num_dst=1, num_src=1)
+    narrow = xp.broadcast_to(xp.zeros((), np.int16), (2**40,))  # converted to int32
+    with pytest.raises(MemoryError, match=rf"a copy of indptr \({2**40} elements of int32\) needs .* of {kind}"):
+        ca.CSRGraph(narrow, none)
+    graph = ca.CSRGraph(xp.broadcast_to(xp.zeros((), np.int64), (3,)), none)  # 24 bytes: copied
+    assert graph.num_dst == 2 and graph.num_edges == 0
+
