@@ -31,10 +31,11 @@ def resolve_graph(graph):
 
 
 def _ndim(part):
-    """np.ndim(part), or -1 for a ragged sequence (np.ndim raises NumPy's ValueError)."""
+    """np.ndim(part), or -1 where part is no array: a ragged sequence (np.ndim raises NumPy's
+    ValueError) or an object whose conversion raises anything else."""
     try:
         return np.ndim(part)
-    except ValueError:
+    except Exception:
         return -1
 
 

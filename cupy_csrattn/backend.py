@@ -53,9 +53,7 @@ def as_array(name, x):
         array = x
     elif is_cupy_array(x):
         return x
-    elif hasattr(x, "__cuda_array_interface__") or (
-        hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] in _DLPACK_CUDA_DEVICES
-    ):
+    elif hasattr(x, "__cuda_array_interface__") or _dlpack_on_cuda(x):
         if cupy is None:
             raise TypeError(f"{name} lives on a CUDA device, which needs CuPy ({cupy_missing()})")
         return cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
@@ -65,6 +63,15 @@ def as_array(name, x):
         except Exception as error:
             raise TypeError(f"{name} must be an array, got {type(x).__name__}") from error
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+
+
+def _dlpack_on_cuda(x):
+    """Whether x's __dlpack_device__ names a CUDA device; False where x has none, or where it
+    raises or answers with something else than a (device type, id) pair."""
+    try:
+        return x.__dlpack_device__()[0] in _DLPACK_CUDA_DEVICES
+    except Exception:
+        return False
 
 
 def flag(name, value):

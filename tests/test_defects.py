@@ -525,3 +525,30 @@ def test_an_index_array_copy_beyond_memory_is_named_before_it_is_made(memory_is,
     graph = ca.CSRGraph(xp.broadcast_to(xp.zeros((), np.int64), (3,)), none)  # 24 bytes: copied
     assert graph.num_dst == 2 and graph.num_edges == 0
 
+
+class _NoDevice:
+    """An object whose __dlpack_device__ answers None and whose __dlpack__ fails."""
+
+    def __dlpack_device__(self):
+        return None
+
+    def __dlpack__(self, **options):
+        raise BufferError("no export")
+
+
+class _FailingConversion:
+    def __array__(self, *args, **kwargs):
+        raise RuntimeError("conversion failed")
+
+
+def test_array_likes_that_fail_to_convert_are_named():
+    """An object with a __dlpack_device__ answering None was Python's TypeError "'NoneType'
+    object is not subscriptable"; one whose __array__ raises, given in a tuple graph, was its
+    RuntimeError. Now each is a TypeError naming the argument."""
+    graph = (np.array([0, 1]), np.array([0]))
+    with pytest.raises(TypeError, match="scores must be an array, got _NoDevice"):
+        ca.edge_softmax(graph, _NoDevice())
+    with pytest.raises(TypeError, match="indices must be an array, got _NoDevice"):
+        ca.CSRGraph(np.array([0, 1]), _NoDevice())
+    with pytest.raises(TypeError, match="graph as a tuple must be"):
+        ca.edge_softmax((np.array([0, 1]), _FailingConversion()), np.zeros(1))
