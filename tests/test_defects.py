@@ -441,8 +441,8 @@ def test_an_input_copy_beyond_memory_is_refused_before_it_is_made(memory_is, xp)
     """A broadcast (zero-stride) input holds little memory but is copied at its whole size to
     the C-contiguous layout the backends take: a copy larger than the machine's memory (or the
     GPU's) was NumPy's or CuPy's MemoryError naming nothing (or, overcommitted on the host, a
-    process killed while the copy was written). Now the copy's shape and size are named first;
-    a copy that fits is made and computed with."""
+    process killed while the copy was written). Now the argument, the copy's shape and its size
+    are named first; a copy that fits is made and computed with."""
     kind = "host" if is_numpy(xp) else "GPU"
     num_src = 2**33
     graph = ca.CSRGraph(np.array([0, 2, 3]), np.array([0, num_src - 1, 5], np.int64), num_src=num_src)
@@ -451,12 +451,25 @@ def test_an_input_copy_beyond_memory_is_refused_before_it_is_made(memory_is, xp)
     memory_is(2**30)
     shape = rf"\({num_src}, 2, 64\)"
     with pytest.raises(
-        MemoryError, match=rf"a copy of an input of shape {shape} in float32 needs at least 4096.0 GiB of {kind}"
+        MemoryError, match=rf"a copy of values of shape {shape} in float32 needs at least 4096.0 GiB of {kind}"
     ):
         ca.spmm(graph, weights, values)
+    # A matrix's data as the weights of every head: the heads were merged by a reshape of the
+    # caller's array, which copied a broadcast one unchecked.
+    matrix = scipy.sparse.csr_array((np.ones(3, np.float32), graph.indices, graph.indptr), shape=(2, num_src))
+    if is_numpy(xp):
+        with pytest.raises(MemoryError, match=rf"a copy of values of shape {shape} in float32 needs"):
+            ca.spmm(matrix, None, values)
+    # An lse in float64 for float32 data is taken as a float32 copy: 2 rows of 2**36 heads,
+    # whose node arrays have F = 0.
+    lse = xp.broadcast_to(xp.zeros((1, 1), np.float64), (2, 2**36))
+    nodes = xp.zeros((2, 2**36, 0), np.float32)
+    two_rows = ca.CSRGraph(np.array([0, 0, 0]), np.zeros(0, np.int64), num_src=2)
+    with pytest.raises(MemoryError, match=rf"a copy of lse of shape \(2, {2**36}\) in float32 needs"):
+        ca.graph_attention_backward(two_rows, nodes, nodes, nodes, nodes, nodes, lse)
     scores = xp.broadcast_to(xp.arange(3, dtype=np.float32)[:, None], (3, 4096))  # 48 KiB as a copy
     memory_is(2**15)
-    with pytest.raises(MemoryError, match=rf"a copy of an input of shape \(3, 4096\) in float32 .* of {kind}"):
+    with pytest.raises(MemoryError, match=rf"a copy of scores of shape \(3, 4096\) in float32 .* of {kind}"):
         ca.edge_softmax(graph, scores)
     memory_is(2**30)
     e = np.e

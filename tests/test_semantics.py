@@ -627,7 +627,7 @@ def test_an_out_sharing_memory_with_an_input_is_not_handed_to_the_backend():
 
     graph = CSRGraph(*_square_graph())
     values = np.arange(9 * 2, dtype=np.float32).reshape(9, 2)
-    place = Placement(graph, None, [values])
+    place = Placement(graph, None, {"values": values})
     work, result = place.output("out", values, (9, 2), np.float32, (9, 2))
     assert result is values and not np.may_share_memory(work, values)
     separate = np.empty((9, 2), np.float32)

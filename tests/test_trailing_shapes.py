@@ -123,7 +123,7 @@ def test_contiguous_inputs_are_reshaped_not_copied():
     scores = rng.standard_normal((len(graph.indices), 3, 4, 2))
     values = rng.standard_normal((graph.num_src, 3, 4, 2, 5))
     a_src = rng.standard_normal((graph.num_src, 3, 4, 2))
-    place = Placement(g, None, [scores, values, a_src])
+    place = Placement(g, None, {"scores": scores, "values": values, "a_src": a_src})
     for placed, original, shape in (
         (place.edge_input(scores, np.float64), scores, (len(graph.indices), 24)),
         (place.node_input(values, np.float64), values, (graph.num_src, 24, 5)),

@@ -50,7 +50,7 @@ def attention_aggregate(graph, scores, values, *, out=None, return_lse=False):
     g, order = _validate.resolve_graph(graph)
     scores, values, heads, features = _check_aggregate(g, scores, values)
     dtype, lse_dtype = _validate.result_dtypes(scores, values)
-    place = Placement(g, order, [scores, values])
+    place = Placement(g, order, dict(scores=scores, values=values))
     scores_c = place.edge_input(scores, dtype)
     values_c = place.node_input(values, dtype)
     out_c, lse_c, result = forward_outputs(
@@ -100,7 +100,7 @@ def attention_aggregate_backward(graph, scores, values, grad_out, *, lse=None):
         lse = _validate.float_array("lse", lse)
         _validate.node_array("lse", lse, g.num_dst, "destination", heads=heads, feature_axis=False, heads_of="scores")
     dtype, lse_dtype = _validate.result_dtypes(scores, values, grad_out)
-    place = Placement(g, order, [scores, values, grad_out, lse])
+    place = Placement(g, order, dict(scores=scores, values=values, grad_out=grad_out, lse=lse))
     scores_c = place.edge_input(scores, dtype)
     values_c = place.node_input(values, dtype)
     grad_out_c = place.node_input(grad_out, dtype)

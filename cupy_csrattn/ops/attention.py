@@ -132,7 +132,7 @@ def graph_attention(graph, q, k, v, *, scale=None, edge_feat=None, out=None, ret
     g, order = _validate.resolve_graph(graph)
     q, k, v, edge_feat, heads, features, scale = _check_qkv(g, q, k, v, scale, edge_feat)
     dtype, lse_dtype = _validate.result_dtypes(q, k, v, edge_feat, scalars={"scale": scale})
-    place = Placement(g, order, [q, k, v, edge_feat])
+    place = Placement(g, order, dict(q=q, k=k, v=v, edge_feat=edge_feat))
     q_c, k_c, v_c = (place.node_input(x, dtype) for x in (q, k, v))
     edge_feat_c = place.edge_input(edge_feat, dtype, features=True)
     out_c, lse_c, result = forward_outputs(place, g, heads, features, dtype, lse_dtype, out, return_lse, q_c.shape[1])
@@ -181,7 +181,7 @@ def graph_attention_backward(graph, q, k, v, out, grad_out, lse, *, scale=None, 
     q, k, v, edge_feat, heads, features, scale = _check_qkv(g, q, k, v, scale, edge_feat)
     out, grad_out, lse = check_saved(g, heads, "q", features, out, grad_out, lse, "v")
     dtype, lse_dtype = _validate.result_dtypes(q, k, v, out, grad_out, edge_feat, scalars={"scale": scale})
-    place = Placement(g, order, [q, k, v, out, grad_out, lse, edge_feat])
+    place = Placement(g, order, dict(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse, edge_feat=edge_feat))
     q_c, k_c, v_c, out_c, grad_out_c = (place.node_input(x, dtype) for x in (q, k, v, out, grad_out))
     lse_c = place.node_input(lse, lse_dtype, per_node_scalar=True)
     edge_feat_c = place.edge_input(edge_feat, dtype, features=True)
@@ -254,7 +254,7 @@ def gat_attention(graph, a_dst, a_src, values, *, negative_slope=0.2, edge_score
     dtype, lse_dtype = _validate.result_dtypes(
         a_dst, a_src, values, edge_score, scalars={"negative_slope": negative_slope}
     )
-    place = Placement(g, order, [a_dst, a_src, values, edge_score])
+    place = Placement(g, order, dict(a_dst=a_dst, a_src=a_src, values=values, edge_score=edge_score))
     a_dst_c = place.node_input(a_dst, dtype, per_node_scalar=True)
     a_src_c = place.node_input(a_src, dtype, per_node_scalar=True)
     values_c = place.node_input(values, dtype)
@@ -309,7 +309,11 @@ def gat_attention_backward(graph, a_dst, a_src, values, out, grad_out, lse, *, n
     dtype, lse_dtype = _validate.result_dtypes(
         a_dst, a_src, values, out, grad_out, edge_score, scalars={"negative_slope": negative_slope}
     )
-    place = Placement(g, order, [a_dst, a_src, values, out, grad_out, lse, edge_score])
+    place = Placement(
+        g,
+        order,
+        dict(a_dst=a_dst, a_src=a_src, values=values, out=out, grad_out=grad_out, lse=lse, edge_score=edge_score),
+    )
     a_dst_c = place.node_input(a_dst, dtype, per_node_scalar=True)
     a_src_c = place.node_input(a_src, dtype, per_node_scalar=True)
     values_c, out_c, grad_out_c = (place.node_input(x, dtype) for x in (values, out, grad_out))

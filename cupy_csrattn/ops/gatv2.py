@@ -72,7 +72,7 @@ def gatv2_attention(graph, x_dst, x_src, att, *, negative_slope=0.2, out=None, r
     g, order = _validate.resolve_graph(graph)
     x_dst, x_src, att, heads, head_dim, negative_slope = _check_gatv2(g, x_dst, x_src, att, negative_slope)
     dtype, lse_dtype = _validate.result_dtypes(x_dst, x_src, att, scalars={"negative_slope": negative_slope})
-    place = Placement(g, order, [x_dst, x_src, att])
+    place = Placement(g, order, dict(x_dst=x_dst, x_src=x_src, att=att))
     x_dst_c, x_src_c, att_c = _place_inputs(place, dtype, heads, head_dim, x_dst, x_src, att)
     out_c, lse_c, result = forward_outputs(
         place, g, heads, head_dim, dtype, lse_dtype, out, return_lse, x_dst_c.shape[1]
@@ -117,7 +117,7 @@ def gatv2_attention_backward(graph, x_dst, x_src, att, out, grad_out, lse, *, ne
     dtype, lse_dtype = _validate.result_dtypes(
         x_dst, x_src, att, out, grad_out, scalars={"negative_slope": negative_slope}
     )
-    place = Placement(g, order, [x_dst, x_src, att, out, grad_out, lse])
+    place = Placement(g, order, dict(x_dst=x_dst, x_src=x_src, att=att, out=out, grad_out=grad_out, lse=lse))
     x_dst_c, x_src_c, att_c = _place_inputs(place, dtype, heads, head_dim, x_dst, x_src, att)
     out_c, grad_out_c = (place.node_input(x, dtype) for x in (out, grad_out))
     lse_c = place.node_input(lse, lse_dtype, per_node_scalar=True)

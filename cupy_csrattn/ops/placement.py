@@ -23,6 +23,10 @@ class Placement:
     """
 
     def __init__(self, graph, edge_order, arrays):
+        """arrays: {argument name: array or None}, every array argument of the call (the
+        names are those its errors give)."""
+        self._names = {id(a): name for name, a in arrays.items() if a is not None}
+        arrays = list(arrays.values())
         self.on_gpu = backend.uses_gpu(graph.device, [a for a in arrays if a is not None])
         if self.on_gpu and not backend.gpu_available():
             raise RuntimeError(f"CuPy input needs a usable CUDA device: {backend.gpu_status()[1]}")
@@ -56,14 +60,16 @@ class Placement:
     def node_input(self, x, dtype, per_node_scalar=False):
         """(N, H, F) view or copy of an (N, *S, F) node array; (N, H) of an (N, *S) one when
         per_node_scalar."""
-        x = self._converted(x, self._contiguous(self._to_device(x), dtype))
+        name = self._name(x)
+        x = self._converted(x, self._contiguous(self._to_device(x, name), dtype, name))
         if per_node_scalar:
             return x.reshape(x.shape[0], math.prod(x.shape[1:]))
         return x.reshape(x.shape[0], math.prod(x.shape[1:-1]), x.shape[-1])
 
     def dense_input(self, x, dtype, shape):
         """x (neither a node nor an edge array: a parameter) as a C-contiguous array of ``shape``."""
-        placed = self._contiguous(self._to_device(x), dtype)
+        name = self._name(x)
+        placed = self._contiguous(self._to_device(x, name), dtype, name)
         return self._converted(x, placed).reshape(shape)
 
     def edge_input(self, x, dtype, features=False):
@@ -71,41 +77,47 @@ class Placement:
         (E, *S, F) one when features; None for None (an optional input not given)."""
         if x is None:
             return None
-        original = x
-        x = self._to_device(x)
+        original, name = x, self._name(x)
+        x = self._to_device(x, name)
         if self.edge_order is not None:
-            self._check_copy(x, x.dtype)
+            self._check_copy(x, x.dtype, name)
             x = x[self.edge_order]
-        x = self._converted(original, self._contiguous(x, dtype))
+        x = self._converted(original, self._contiguous(x, dtype, name))
         if features:
             return x.reshape(x.shape[0], math.prod(x.shape[1:-1]), x.shape[-1])
         return x.reshape(x.shape[0], math.prod(x.shape[1:]))
 
-    def _check_copy(self, x, dtype, on_gpu=None):
-        """Before a copy of input ``x`` in ``dtype`` is made on the computing device (or the
-        host, on_gpu False): MemoryError where it cannot fit, as an output's (see output). A
-        zero-stride (broadcast) input holds little memory but copies at its whole size."""
+    def _name(self, x):
+        """The argument name of input ``x``, as the op gave it."""
+        return self._names.get(id(x), "an input")
+
+    def _check_copy(self, x, dtype, name, on_gpu=None):
+        """Before a copy of input ``x`` (argument ``name``) in ``dtype`` is made on the
+        computing device (or the host, on_gpu False): MemoryError where it cannot fit, as an
+        output's (see output). A zero-stride (broadcast) input holds little memory but copies
+        at its whole size."""
         nbytes = x.size * np.dtype(dtype).itemsize
         where = self.on_gpu if on_gpu is None else on_gpu
-        backend.check_memory(f"a copy of an input of shape {tuple(x.shape)} in {np.dtype(dtype).name}", nbytes, where)
+        what = f"a copy of {name} of shape {tuple(x.shape)} in {np.dtype(dtype).name}"
+        backend.check_memory(what, nbytes, where)
 
-    def _to_device(self, x):
+    def _to_device(self, x, name):
         """x on the computing device (backend.to_device), each copy that makes checked first:
         CuPy copies a NumPy array to the GPU through a C-contiguous one on the host."""
         if self.on_gpu and not backend.is_cupy_array(x):
             x = np.asarray(x)
             if not x.flags.c_contiguous:
-                self._check_copy(x, x.dtype, on_gpu=False)
-            self._check_copy(x, x.dtype)
+                self._check_copy(x, x.dtype, name, on_gpu=False)
+            self._check_copy(x, x.dtype, name)
         return backend.to_device(x, self.on_gpu)
 
-    def _contiguous(self, x, dtype):
+    def _contiguous(self, x, dtype, name):
         """x in ``dtype``, C-contiguous (itself where it is already; a copy checked first). A
         narrowing conversion (an lse given in float64 for float32 data) rounds as IEEE does, to
         inf past the range, as CuPy's does: on the CPU without NumPy's overflow warning (an
         error under np.seterr(all="raise")), as in ``run``."""
         if x.dtype != dtype or not x.flags.c_contiguous:
-            self._check_copy(x, dtype)
+            self._check_copy(x, dtype, name)
         if self.on_gpu or x.dtype == dtype:
             return self.xp.ascontiguousarray(x.astype(dtype, copy=False))
         with np.errstate(all="ignore"):

@@ -56,7 +56,7 @@ def sddmm(graph, dst_feat, src_feat, *, op="dot", scale=1.0, out=None):
     if op == "add" and scale != 1.0:
         raise ValueError(f"scale applies to op='dot' only, got scale={scale} with op='add'")
     dtype, _ = _validate.result_dtypes(dst_feat, src_feat, scalars={"scale": scale})
-    place = Placement(g, order, [dst_feat, src_feat])
+    place = Placement(g, order, dict(dst_feat=dst_feat, src_feat=src_feat))
     per_node_scalar = op == "add"
     dst_c = place.node_input(dst_feat, dtype, per_node_scalar)
     src_c = place.node_input(src_feat, dtype, per_node_scalar)
@@ -104,7 +104,7 @@ def sddmm_backward(graph, dst_feat, src_feat, grad_scores, *, op="dot", scale=1.
     if op == "add" and scale != 1.0:
         raise ValueError(f"scale applies to op='dot' only, got scale={scale} with op='add'")
     dtype, _ = _validate.result_dtypes(dst_feat, src_feat, grad_scores, scalars={"scale": scale})
-    place = Placement(g, order, [dst_feat, src_feat, grad_scores])
+    place = Placement(g, order, dict(dst_feat=dst_feat, src_feat=src_feat, grad_scores=grad_scores))
     per_node_scalar = op == "add"
     dst_c = place.node_input(dst_feat, dtype, per_node_scalar)
     src_c = place.node_input(src_feat, dtype, per_node_scalar)

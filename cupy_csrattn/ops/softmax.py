@@ -87,7 +87,7 @@ def edge_softmax(graph, scores=None, *, out=None, norm_by="dst"):
             "graph.data is float16, and scipy.sparse builds no COO matrix of float16 (the result takes graph's"
             " format): pass graph.tocsr(), or set its data to float32"
         )
-    place = Placement(g, order, [scores])
+    place = Placement(g, order, dict(scores=scores))
     _check_source_rows(place, norm_by, scores)
     canonical = place.edge_input(scores, dtype)
     work, result = place.output("out", out, scores.shape, dtype, canonical.shape, edge=True)
@@ -138,7 +138,7 @@ def edge_softmax_backward(graph, probs, grad_probs, *, out=None, norm_by="dst"):
     heads = _validate.edge_array("probs", probs, g)
     _validate.edge_array("grad_probs", grad_probs, g, heads=heads, heads_of="probs")
     dtype, _ = _validate.result_dtypes(probs, grad_probs)
-    place = Placement(g, order, [probs, grad_probs])
+    place = Placement(g, order, dict(probs=probs, grad_probs=grad_probs))
     _check_source_rows(place, norm_by, probs)
     probs_c = place.edge_input(probs, dtype)
     grad_c = place.edge_input(grad_probs, dtype)

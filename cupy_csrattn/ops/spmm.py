@@ -62,10 +62,16 @@ def _check(graph, g, weights, values):
 
 
 def _node_input(place, x, dtype, merge_heads):
-    """A node array in canonical layout: (N, 1, H * F) when merge_heads, else (N, H, F)."""
-    if merge_heads:
-        return place.node_input(x.reshape(x.shape[0], math.prod(x.shape[1:])), dtype)
-    return place.node_input(x, dtype)
+    """A node array in canonical layout: (N, 1, H * F) when merge_heads, else (N, H, F) (the
+    heads merged in the placed array, a C-contiguous one: a reshape of the caller's could copy
+    it unchecked)."""
+    x = place.node_input(x, dtype)
+    return x.reshape(x.shape[0], 1, math.prod(x.shape[1:])) if merge_heads else x
+
+
+def _weights_name(given):
+    """The argument spmm's weights come from: a sparse matrix's data where none were given."""
+    return "weights" if given is not None else "graph.data"
 
 
 @register(cpu=cpu_spmm.spmm, gpu=gpu_spmm.spmm, kernels=("aggregate",), bytes=traffic.aggregate)
@@ -94,10 +100,11 @@ def spmm(graph, weights, values, *, out=None):
     out : (num_dst, *S, F) array; rows with no edges are zero.
     """
     g, order = _validate.resolve_graph(graph)
+    given = weights
     weights, values, _, _, _, merge_heads = _check(graph, g, weights, values)
     floats = [values] if weights is None else [weights, values]
     dtype, _ = _validate.result_dtypes(*floats)
-    place = Placement(g, order, floats)
+    place = Placement(g, order, {_weights_name(given): weights, "values": values})
     weights_c = None if weights is None else place.edge_input(weights, dtype)
     values_c = _node_input(place, values, dtype, merge_heads)
     shape = (g.num_dst,) + tuple(values.shape[1:])
@@ -137,6 +144,7 @@ def spmm_backward(graph, weights, values, grad_out):
     grad_values : (num_src, *S, F) array
     """
     g, order = _validate.resolve_graph(graph)
+    given = weights
     with_grad_weights = weights is not None
     weights, values, heads, heads_of, features, merge_heads = _check(graph, g, weights, values)
     grad_out = _validate.float_array("grad_out", grad_out)
@@ -144,7 +152,7 @@ def spmm_backward(graph, weights, values, grad_out):
     _validate.same_features("grad_out", grad_out, features, "values")
     floats = [values, grad_out] + ([] if weights is None else [weights])
     dtype, _ = _validate.result_dtypes(*floats)
-    place = Placement(g, order, floats)
+    place = Placement(g, order, {_weights_name(given): weights, "values": values, "grad_out": grad_out})
     weights_c = None if weights is None else place.edge_input(weights, dtype)
     values_c = _node_input(place, values, dtype, merge_heads)
     grad_out_c = _node_input(place, grad_out, dtype, merge_heads)
