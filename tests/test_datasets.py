@@ -3,9 +3,11 @@
 
 import gzip
 import inspect
+import io
 import os
 import re
 import warnings
+import zipfile
 
 import numpy as np
 import pytest
@@ -671,6 +673,97 @@ def test_npz_errors_name_the_file(tmp_path):
     np.savez(path, indptr=np.array([0, 5]), indices=np.array([0]))
     with pytest.raises(ValueError, match=re.escape(str(path)) + ".*indptr"):
         datasets.load_npz(path)
+
+
+def _npy_member(array=None, shape=None, dtype="<i8"):
+    """The bytes of a .npy member: of ``array``, or a header declaring ``shape`` over 64 bytes."""
+    buffer = io.BytesIO()
+    if array is not None:
+        np.save(buffer, np.asarray(array))
+        return buffer.getvalue()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buffer.getvalue() + bytes(64)
+
+
+def _zip(path, **members):
+    with zipfile.ZipFile(path, "w") as archive:
+        for key, member in members.items():
+            archive.writestr(f"{key}.npy", member)
+    return path
+
+
+@pytest.mark.parametrize(
+    "members, key",
+    [
+        (dict(edge_index=_npy_member(shape=(2, 10**12))), "edge_index"),
+        (dict(indptr=_npy_member(shape=(10**12,)), indices=_npy_member(np.zeros(0, np.int64))), "indptr"),
+        (dict(edge_index=_npy_member([[0], [1]]), data=_npy_member(shape=(10**12,), dtype="<f8")), "data"),
+        (
+            dict(
+                format=_npy_member("csr"),
+                shape=_npy_member([3, 3]),
+                indptr=_npy_member(shape=(10**12,)),
+                indices=_npy_member([0]),
+                data=_npy_member([1.0]),
+            ),
+            "indptr",
+        ),
+    ],
+    ids=["edge_index", "indptr", "data", "scipy"],
+)
+def test_npz_member_declaring_more_than_it_holds_is_refused_before_reading(tmp_path, members, key):
+    """np.load allocates the shape a .npy header declares before reading it: a file of a few
+    hundred bytes asked for 8-16 TB (NumPy's MemoryError naming nothing; under the machine's
+    memory, the allocation made). Now the header is checked against the member first."""
+    path = _zip(tmp_path / "huge.npz", **members)
+    with pytest.raises(ValueError, match=re.escape(str(path)) + f": array '{key}' declares shape .* holds 64 bytes"):
+        datasets.load_npz(path)
+
+
+def test_npz_member_beyond_memory_is_named(tmp_path, monkeypatch):
+    path = tmp_path / "e.npz"
+    np.savez(path, edge_index=np.zeros((2, 64), np.int64))  # 1 KiB
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 512)
+    with pytest.raises(MemoryError, match=re.escape(str(path)) + ": array 'edge_index' of shape \\(2, 64\\)"):
+        datasets.load_npz(path)
+
+
+def test_npz_damaged_members_are_named(tmp_path):
+    """A member that is no .npy array (np.load returned its bytes: AttributeError), one with a
+    bad CRC (zipfile's BadZipFile) and deflate data that do not decompress (zlib.error) are
+    ValueErrors naming the file and the array."""
+    junk = _zip(tmp_path / "junk.npz", edge_index=b"not an array")
+    with pytest.raises(ValueError, match=re.escape(str(junk)) + ": array 'edge_index' is not a .npy array"):
+        datasets.load_npz(junk)
+    junk_count = _zip(tmp_path / "count.npz", edge_index=_npy_member([[0, 1], [1, 0]]), num_nodes=b"junk")
+    with pytest.raises(ValueError, match="array 'num_nodes' is not a .npy array"):
+        datasets.load_npz(junk_count)
+    stored = tmp_path / "stored.npz"
+    np.savez(stored, edge_index=np.array([[0, 1, 2], [1, 2, 0]]))
+    raw = bytearray(stored.read_bytes())
+    raw[raw.find(b"\x93NUMPY") + 130] ^= 0xFF  # a byte of the array's data
+    stored.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="array 'edge_index' cannot be read \\(BadZipFile: Bad CRC-32"):
+        datasets.load_npz(stored)
+    compressed = tmp_path / "compressed.npz"
+    np.savez_compressed(compressed, edge_index=np.arange(2000).reshape(2, 1000) % 7)
+    raw = bytearray(compressed.read_bytes())
+    start = raw.find(b"edge_index.npy") + 34  # the deflate stream
+    raw[start : start + 30] = bytes(b ^ 0x55 for b in raw[start : start + 30])
+    compressed.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=re.escape(str(compressed)) + ": array 'edge_index' cannot be read"):
+        datasets.load_npz(compressed)
+
+
+def test_damaged_gzip_text_is_named(tmp_path):
+    """A .gz whose deflate data do not decompress raised zlib.error, naming nothing."""
+    raw = bytearray(gzip.compress(b"0 1\n1 2\n2 0\n" * 100))
+    raw[15:30] = bytes(b ^ 0x5A for b in raw[15:30])
+    for name, load in (("e.txt.gz", datasets.load_edge_list), ("e.mtx.gz", datasets.load_mtx)):
+        path = tmp_path / name
+        path.write_bytes(bytes(raw))
+        with pytest.raises(ValueError, match=re.escape(str(path)) + ": cannot read the file"):
+            load(path)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,11 +1,15 @@
 """load_npz: graphs in .npz files (scipy.sparse.save_npz, CSR arrays, or a PyG edge_index)."""
 
+import math
 import os
 import warnings
+import zipfile
+import zlib
 
 import numpy as np
 import scipy.sparse
 
+from cupy_csrattn import backend
 from cupy_csrattn.datasets.base import NodeLimitError, csr_from_edges, too_many_nodes
 from cupy_csrattn.datasets.loading import as_result, check_options, finish
 from cupy_csrattn.datasets.text import MAX_NODE_ID, file_name
@@ -64,7 +68,12 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
     ValueError
         ``"{path}: ..."`` when the file is not a .npz archive, holds none of the layouts
         above, or holds an invalid structure: a non-integer index array or count, ``data``
-        of another length than the edges, a node count above ``max_nodes``.
+        of another length than the edges, a node count above ``max_nodes``; or when an array
+        is damaged (not a .npy member, a bad CRC, deflate data that do not decompress) or
+        its .npy header declares more bytes than its member holds (checked before reading).
+    MemoryError
+        ``"{path}: ..."`` when an array the file holds is larger than this machine's memory
+        (checked before reading).
     TypeError
         ``transpose``, ``add_self_loops`` or ``return_values`` that is not a bool, ``dtype``
         that is not a dtype, ``max_nodes`` that is not an integer (checked before the file
@@ -97,6 +106,8 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
                     "no graph found: expected a scipy.sparse.save_npz file, or arrays "
                     f"'indptr' and 'indices', or 'edge_index'; found {sorted(keys)}"
                 )
+        except MemoryError as error:  # an array's declared size (see _check_member)
+            raise MemoryError(f"{path}: {error}") from None
         except (ValueError, TypeError) as error:
             if str(error).startswith(path):
                 raise
@@ -110,7 +121,7 @@ def load_npz(path, *, transpose=False, add_self_loops=False, dtype=None, return_
 def _graph_of_csr_arrays(archive, keys, transpose, max_nodes):
     """Arrays ``indptr``, ``indices`` and optional ``num_src`` and ``data``/``values``."""
     num_src = _count(archive, "num_src") if "num_src" in keys else None
-    graph = CSRGraph(archive["indptr"], archive["indices"], num_src)
+    graph = CSRGraph(_array(archive, "indptr"), _array(archive, "indices"), num_src)
     problem = too_many_nodes(graph.num_src, graph.num_edges, max_nodes)
     if problem:  # the rows are an array in the file; the columns only a number
         what = "'num_src' declares" if num_src is not None else "the largest index in 'indices' + 1 gives"
@@ -151,9 +162,59 @@ def _graph_of_edge_index(archive, keys, transpose, max_nodes):
     return graph, (values[perm] if values is not None else None)
 
 
+def _declared(archive, key):
+    """(shape, dtype, header bytes) of array ``key`` as its .npy header declares them, or None
+    where the archive gives no access to its members (then np.load reads it unchecked);
+    ValueError naming it where the member is no .npy array."""
+    zip_file = getattr(archive, "zip", None)
+    if zip_file is None:
+        return None
+    name = f"{key}.npy" if f"{key}.npy" in zip_file.namelist() else key
+    with zip_file.open(name) as member:
+        try:
+            version = np.lib.format.read_magic(member)
+            read_header = getattr(np.lib.format, f"read_array_header_{min(version[0], 2)}_0")
+            shape, _, dtype = read_header(member)
+        except ValueError as error:
+            raise ValueError(f"array '{key}' is not a .npy array ({error})") from None
+        return shape, dtype, member.tell(), zip_file.getinfo(name).file_size
+
+
+def _check_member(archive, key):
+    """Before array ``key`` of the archive is read: np.load allocates the shape its .npy header
+    declares, then reads, so a file of a few hundred bytes could ask for terabytes. A header
+    declaring more bytes than its member holds is a ValueError naming the array, one beyond this
+    machine's memory a MemoryError; a damaged member (a bad CRC, deflate data that do not
+    decompress) is a ValueError naming it."""
+    try:
+        declared = _declared(archive, key)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as error:
+        raise ValueError(f"array '{key}' cannot be read ({type(error).__name__}: {error})") from None
+    if declared is None:
+        return
+    shape, dtype, header_bytes, member_bytes = declared
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > member_bytes - header_bytes:
+        raise ValueError(
+            f"array '{key}' declares shape {shape} of {dtype} ({nbytes} bytes), but its member holds"
+            f" {member_bytes - header_bytes} bytes of data"
+        )
+    backend.check_memory(f"array '{key}' of shape {shape} and dtype {dtype}", nbytes, on_gpu=False)
+
+
+def _array(archive, key):
+    """Array ``key`` of the archive, checked first (``_check_member``); a member that turns out
+    damaged as it is read is a ValueError naming it."""
+    _check_member(archive, key)
+    try:
+        return archive[key]
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as error:
+        raise ValueError(f"array '{key}' cannot be read ({type(error).__name__}: {error})") from None
+
+
 def _integer_array(archive, key):
     """Array ``key`` of the archive; ValueError naming it unless its dtype is an integer one."""
-    array = archive[key]
+    array = _array(archive, key)
     if array.dtype.kind not in "iu":
         raise ValueError(f"array '{key}' must have an integer dtype, got {array.dtype} (node ids are not rounded)")
     return array
@@ -175,7 +236,7 @@ def _values(archive, keys, num_edges, index_key):
     key = next((key for key in ("data", "values") if key in keys), None)
     if key is None:
         return None
-    values = archive[key]
+    values = _array(archive, key)
     if values.dtype.kind not in "biufc":
         raise ValueError(f"array '{key}' must be numeric, got dtype {values.dtype}")
     if values.ndim == 0 or values.shape[0] != num_edges:
@@ -196,6 +257,8 @@ def _graph_of_scipy_npz(path, archive, keys, transpose, max_nodes):
     # scipy's reader converts float index arrays to integers, cutting 0.5 to 0, and keeps data
     # of any dtype (text, say): both are refused here as in the other layouts.
     invalid = "not a valid scipy.sparse.save_npz file"
+    for key in keys:  # scipy's reader loads each array it uses unchecked
+        _check_member(archive, key)
     for key in (key for key in _SCIPY_INDEX_KEYS if key in keys):
         dtype = _stored_dtype(archive, key)
         if dtype is not None and dtype.kind not in "iu":
@@ -235,23 +298,10 @@ def _graph_of_scipy_npz(path, archive, keys, transpose, max_nodes):
 
 
 def _stored_dtype(archive, key):
-    """The dtype of array ``key`` of the archive, read from its .npy header (scipy's reader
-    loads the array itself next: it is not read twice); None for a damaged member, which
-    scipy's reader then reports."""
-    try:
-        try:
-            with archive.zip.open(f"{key}.npy") as member:
-                version = np.lib.format.read_magic(member)
-                if version in ((1, 0), (2, 0)):
-                    read_header = getattr(np.lib.format, f"read_array_header_{version[0]}_0")
-                    return read_header(member)[2]
-        except (KeyError, AttributeError):  # a member not named key.npy, or an NpzFile without .zip
-            pass
-        return archive[key].dtype
-    except MemoryError:
-        raise
-    except Exception:
-        return None
+    """The dtype of array ``key`` of the archive, read from its .npy header (checked by
+    ``_check_member``; scipy's reader loads the array itself next: it is not read twice)."""
+    declared = _declared(archive, key)
+    return archive[key].dtype if declared is None else declared[1]
 
 
 def _transposed(graph, values):

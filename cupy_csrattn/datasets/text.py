@@ -20,6 +20,7 @@ import itertools
 import os
 import re
 import warnings
+import zlib
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def read_bytes(path):
     try:
         with opener(path, "rb") as file:
             raw = file.read()
-    except (OSError, EOFError) as error:
+    except (OSError, EOFError, zlib.error) as error:  # zlib.error: a .gz whose deflate data are damaged
         if isinstance(error, (FileNotFoundError, PermissionError)):
             raise
         raise ValueError(f"{path}: cannot read the file: {error}") from None
