@@ -308,12 +308,20 @@ def test_chunking_helpers_name_wrong_arrays(partitioned):
     with pytest.raises(ValueError, match=f"x has 4 rows along axis 0, but the graph has {pg.num_edges} edges"):
         pg.as_edge_array(da.ones((4, 2)))
     assert pg.as_node_array(np.ones((41, 2)), "src").chunks[0] == pg.src_chunks
+    # A sparse matrix's blocks would be sparse matrices, which the workers concatenated into
+    # NumPy's "zero-dimensional arrays cannot be concatenated".
+    with pytest.raises(TypeError, match="x must be a dense array, got the sparse csr_matrix"):
+        pg.as_node_array(scipy.sparse.csr_matrix(np.ones((41, 2))), "src")
+    with pytest.raises(ValueError, match=r"side must be one of \('dst', 'src', 'edge'\), got \['dst'\]"):
+        pg.chunks_of(["dst"])  # was TypeError: unhashable type: 'list'
 
 
-def test_an_infinite_timeout_waits_without_limit(partitioned):
+@pytest.mark.parametrize("timeout", [math.inf, 10**400], ids=["inf", "10**400"])
+def test_an_infinite_timeout_waits_without_limit(partitioned, timeout):
+    """+inf, or an int beyond every float (10**400 was float()'s OverflowError), is no limit."""
     pg = partitioned("square", 2)
     scores = np.random.default_rng(0).standard_normal((pg.num_edges, 2))
-    got = cad.edge_softmax(pg, pg.as_edge_array(scores), timeout=math.inf).compute()
+    got = cad.edge_softmax(pg, pg.as_edge_array(scores), timeout=timeout).compute()
     assert np.array_equal(got, cad.edge_softmax(pg, pg.as_edge_array(scores), timeout=None).compute())
 
 

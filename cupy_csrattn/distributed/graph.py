@@ -9,11 +9,14 @@ halo list on its owner's worker, as Dask futures pinned there.
 
 import math
 import numbers
+import sys
 
 import dask.array as da
 import distributed
 import numpy as np
+import scipy.sparse
 
+from cupy_csrattn import backend
 from cupy_csrattn.distributed import partition, peers, tasks
 from cupy_csrattn.graph import CSRGraph
 
@@ -48,6 +51,8 @@ def check_timeout(timeout):
     # subclasses float); bool is an Integral, and no count of seconds.
     if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+    if isinstance(timeout, numbers.Integral) and timeout > sys.float_info.max:  # 10**400: no float holds it
+        return None
     return None if math.isinf(timeout) else float(timeout)
 
 
@@ -198,11 +203,13 @@ class PartitionedGraph:
     def chunks_of(self, side):
         """Axis-0 chunks for ``side``: "dst", "src" or "edge"."""
         table = {"dst": self.row_chunks, "src": self.src_chunks, "edge": self.edge_chunks}
-        if side not in table:
+        if not isinstance(side, str) or side not in table:
             raise ValueError(f"side must be one of {tuple(table)}, got {side!r}")
         return table[side]
 
     def _as_dask(self, x, side):
+        if scipy.sparse.issparse(x) or backend.is_cupyx_sparse(x):  # its blocks would be sparse matrices
+            raise TypeError(f"x must be a dense array, got the sparse {type(x).__name__}; pass x.toarray()")
         if not hasattr(x, "shape") or not hasattr(x, "dtype") or not len(x.shape):
             raise TypeError(f"x must be a NumPy, CuPy or dask array of one or more axes, got {type(x).__name__}")
         expected = sum(self.chunks_of(side))
