@@ -1293,3 +1293,28 @@ def test_readme_test_command_is_one_command_that_ci_runs():
     install, run = (part.strip() for part in command.split("&&"))
     assert install in ci and run in ci
     assert ci.index(install) < ci.index("ruff check .") < ci.index("ruff format --check .") < ci.index(run)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file names of arbitrary bytes are a POSIX matter")
+def test_bench_prints_a_file_name_that_is_not_utf8(tmp_path):
+    """A file name holding byte 0xff (a surrogate escape in Python) stopped bench, after its
+    timing, with a UnicodeEncodeError where the output is strict UTF-8 (PYTHONIOENCODING)."""
+    path = os.fsencode(tmp_path) + b"/\xff.txt"
+    with open(path, "wb") as file:
+        file.write(b"0 1\n1 2\n2 0\n")
+    result = run_module(
+        "bench",
+        "--graph",
+        os.fsdecode(path),
+        "--ops",
+        "edge_softmax",
+        "--repeat",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+        env={"PYTHONIOENCODING": "utf-8"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "\\udcff: 3 rows, 3 edges" in result.stdout

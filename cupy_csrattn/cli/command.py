@@ -48,6 +48,11 @@ def main(argv=None):
         0 on success, 1 on a failure, 2 on a usage error, 130 when interrupted.
     """
     command = None
+    for stream in (sys.stdout, sys.stderr):
+        # A file name of bytes that are not UTF-8 (held as surrogate escapes) prints as \xff
+        # rather than stopping the command with a UnicodeEncodeError where the streams are strict.
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
