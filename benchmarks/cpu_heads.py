@@ -4,7 +4,7 @@ Times spmm, graph_attention and graph_attention_backward (float32) on small grap
 many heads, where a sparse product or a bincount per head costs more in calls than in work,
 and on a 384-row graph of degree 18 with 8 heads, where the per-head products stay. Each
 tree is timed in its own interpreter, the trees taking turns for ``--rounds`` rounds; a
-case's figure is its best round (median of 5 calls after a warm-up call).
+case's figure is its best round (the median of 5 to 25 calls after a warm-up call).
 
     python3 benchmarks/cpu_heads.py [TREE ...] [--rounds 3] [--out results.json]
 
@@ -40,10 +40,13 @@ def case_calls(ca, rows, degree, heads, features):
     }
 
 
-def median_ms(call, repeats=5):
+def median_ms(call, least=5, most=25, seconds=1.0):
+    """Median milliseconds of calls after a warm-up one: ``least`` calls, more (up to ``most``)
+    while they take under ``seconds`` in all (this machine's speed drifts; more samples of the
+    short cases steady their medians)."""
     call()
     samples = []
-    for _ in range(repeats):
+    while len(samples) < least or (len(samples) < most and sum(samples) < seconds):
         start = time.perf_counter()
         call()
         samples.append(time.perf_counter() - start)
