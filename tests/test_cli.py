@@ -1302,19 +1302,7 @@ def test_bench_prints_a_file_name_that_is_not_utf8(tmp_path):
     path = os.fsencode(tmp_path) + b"/\xff.txt"
     with open(path, "wb") as file:
         file.write(b"0 1\n1 2\n2 0\n")
-    result = run_module(
-        "bench",
-        "--graph",
-        os.fsdecode(path),
-        "--ops",
-        "edge_softmax",
-        "--repeat",
-        "1",
-        "--device",
-        "cpu",
-        "--out",
-        str(tmp_path),
-        env={"PYTHONIOENCODING": "utf-8"},
-    )
+    arguments = ["bench", "--graph", os.fsdecode(path), *"--ops edge_softmax --repeat 1 --device cpu".split()]
+    result = run_module(*arguments, "--out", str(tmp_path), env={"PYTHONIOENCODING": "utf-8"})
     assert result.returncode == 0, result.stderr
     assert "\\udcff: 3 rows, 3 edges" in result.stdout
