@@ -124,16 +124,10 @@ def device_memory(device_id):
     return properties["l2CacheSize"], bandwidth / max(sm_clocks, 1)
 
 
-def _edge_rows(graph):
-    cupy = backend.cupy
-    indptr = graph.indptr.astype(np.int64, copy=False)
-    return cupy.searchsorted(indptr[1:], cupy.arange(graph.num_edges, dtype=np.int64), side="right")
-
-
 def _sorted_within_rows(graph):
     """(indices sorted within each row, whether the graph's already were: then its own)."""
     cupy = backend.cupy
-    rows, indices = _edge_rows(graph), graph.indices
+    rows, indices = graph.row_of_edge().astype(np.int64), graph.indices
     unsorted = (indices[1:] < indices[:-1]) & (rows[1:] == rows[:-1])
     if not bool(unsorted.any()):  # host sync, once per graph
         return indices, True
@@ -147,7 +141,7 @@ def _block_items(graph, indices, blocks):
     cupy = backend.cupy
     n = graph.num_dst
     width = -(-graph.num_src // blocks)
-    keys = _edge_rows(graph) * blocks + indices.astype(np.int64) // width
+    keys = graph.row_of_edge().astype(np.int64) * blocks + indices.astype(np.int64) // width
     counts = cupy.bincount(keys, minlength=n * blocks).reshape(n, blocks)
     ends = graph.indptr.astype(np.int64)[:-1, None] + cupy.cumsum(counts, axis=1)
     begins = ends - counts
