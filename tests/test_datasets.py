@@ -6,6 +6,7 @@ import inspect
 import io
 import os
 import re
+import threading
 import warnings
 import zipfile
 
@@ -764,6 +765,41 @@ def test_damaged_gzip_text_is_named(tmp_path):
         path.write_bytes(bytes(raw))
         with pytest.raises(ValueError, match=re.escape(str(path)) + ": cannot read the file"):
             load(path)
+
+
+def test_text_beyond_memory_is_refused_while_read(tmp_path, monkeypatch):
+    """The loaders read a file whole: a pipe that never ends (or /dev/zero) was read until
+    the process ran out of memory, and a .gz that inflates beyond it likewise. Now the read
+    stops with a MemoryError naming the file once it passes the machine's memory (here
+    made 4 kB), before any parsing."""
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 4096)
+    small = write(tmp_path / "small.txt", "0 1\n1 2\n")
+    assert datasets.load_edge_list(small).num_edges == 2  # within the bound: read as before
+    lines = b"0 1\n" * 2000  # 8000 bytes, about 60 compressed
+    for name, data in (("big.txt", lines), ("big.mtx.gz", gzip.compress(b"%%MatrixMarket" + lines))):
+        path = tmp_path / name
+        path.write_bytes(data)
+        load = datasets.load_mtx if ".mtx" in name else datasets.load_edge_list
+        with pytest.raises(MemoryError, match=re.escape(str(path)) + ": the file holds more than"):
+            load(path)
+    if hasattr(os, "mkfifo"):  # a pipe whose writer sends more than the bound
+        fifo = tmp_path / "pipe"
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=lambda: _write_until_closed(fifo, lines))
+        writer.start()
+        with pytest.raises(MemoryError, match=re.escape(str(fifo)) + ": the file holds more than"):
+            datasets.load_edge_list(fifo)
+        writer.join(timeout=10)
+        assert not writer.is_alive()
+
+
+def _write_until_closed(path, data):
+    with open(path, "wb") as pipe:
+        try:
+            while True:
+                pipe.write(data)
+        except BrokenPipeError:
+            pass
 
 
 # ---------------------------------------------------------------------------------------

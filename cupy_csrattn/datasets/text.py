@@ -24,6 +24,8 @@ import zlib
 
 import numpy as np
 
+from cupy_csrattn import backend
+
 # Ids at or above this are refused: no real graph comes near it, and the node count
 # (largest id + 1) must stay far from the end of int64.
 MAX_NODE_ID = 1 << 62
@@ -35,6 +37,7 @@ _DTYPES = {"int": np.int64, "uint": np.uint64, "float": np.float64, "skip": "S1"
 _OTHER_SPACES = b"\x1c\x1d\x1e\x1f\x85\xa0"
 _UNPARSABLE = bytes.maketrans(_OTHER_SPACES, b"\x01" * len(_OTHER_SPACES))
 _PIECE = 1 << 20  # bytes of text per loadtxt call while looking for a bad line
+_READ_PIECE = 1 << 26  # bytes per read of a file
 _INTEGER = re.compile(rb"[+-]?[0-9]+")
 _UNSIGNED = re.compile(rb"\+?[0-9]+")  # loadtxt refuses any minus sign for uint64, "-0" too
 _INT64 = np.iinfo(np.int64)
@@ -66,7 +69,7 @@ def read_bytes(path):
     opener = gzip.open if is_gzip_name(path) else open
     try:
         with opener(path, "rb") as file:
-            raw = file.read()
+            raw = _read_bounded(path, file)
     except (OSError, EOFError, zlib.error) as error:  # zlib.error: a .gz whose deflate data are damaged
         if isinstance(error, (FileNotFoundError, PermissionError)):
             raise
@@ -78,6 +81,23 @@ def read_bytes(path):
     if raw.count(b"\r") != raw.count(b"\r\n"):
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     return raw
+
+
+def _read_bounded(path, file):
+    """All of ``file``'s bytes, read a piece at a time: a MemoryError naming ``path`` once they
+    pass this machine's memory (a pipe or device that never ends, a .gz that inflates beyond
+    it), before the read itself exhausts it."""
+    limit = backend.host_memory_bytes()
+    pieces, total = [], 0
+    while piece := file.read(_READ_PIECE):
+        total += len(piece)
+        if limit is not None and total > limit:
+            raise MemoryError(
+                f"{path}: the file holds more than this machine's {limit / 2**30:.1f} GiB of memory"
+                + (" once decompressed" if is_gzip_name(path) else "")
+            )
+        pieces.append(piece)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def _as_bytes(text):
