@@ -704,6 +704,26 @@ def test_bench_generated_graph_beyond_host_memory_fails_before_timing(capsys, mo
     assert out == ""
 
 
+def test_bench_case_beyond_memory_is_skipped_with_its_reason(capsys, monkeypatch, tmp_path):
+    """--heads 10**8 on a graph of 8000 edges drew its (E, H) inputs before any check: NumPy's
+    MemoryError ended the run (results of the cases before it lost), or an allocation the
+    system granted was written until the process was killed. Now the case is skipped with its
+    reason, before anything is drawn, and the cases that fit are timed."""
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: 2**30)
+    args = ("bench", "--graph", "uniform:1000,8", "--ops", "edge_softmax", "--device", "cpu", "--repeat", "1")
+    status, out, err = run_main(capsys, *args, "--heads", "1", "100000000", "--out", str(tmp_path), "--no-plot")
+    assert status == 0, err
+    document = json.loads(next(tmp_path.glob("bench_cpu_*.json")).read_text())
+    assert {r["H"] for r in document["records"]} == {1}
+    (skip,) = [s for s in document["skipped"] if s["H"] == 100000000]
+    assert skip["method"] == "csrattn" and re.fullmatch(
+        r"MemoryError: edge_softmax with H=100000000, F=0 on uniform-1000x8 needs at least .* GiB of host memory; "
+        r"this machine has 1.0 GiB \(no method timed\)",
+        skip["reason"],
+    )
+    assert "no method timed" in out
+
+
 @pytest.mark.parametrize(
     "option,values",
     [

@@ -128,6 +128,15 @@ class GraphBench:
     def run(self, case):
         """Time one case (its records go to ``self.records``, skips to ``self.skipped``)."""
         nbytes = OPS[case.op].bytes(self.graph, np.dtype(case.dtype), case.H, case.F)
+        # The op's bytes (its inputs and outputs, each input set) must fit the device before any
+        # is drawn: an allocation past the host's memory may succeed and the process be killed
+        # as it is written. A case that cannot fit is skipped, its reason recorded; the others run.
+        try:
+            what = f"{case.op} with H={case.H}, F={case.F} on {self.name}"
+            backend.check_memory(what, nbytes * self.sets, on_gpu=self.device.kind == "gpu")
+        except (MemoryError, ValueError) as error:
+            self.skip(case, "csrattn", f"{type(error).__name__}: {error} (no method timed)")
+            return
         TIMERS[case.op](self, case, nbytes)
 
     # -- for the timers -------------------------------------------------------------------
