@@ -387,6 +387,29 @@ def test_loader_dtype_that_changes_a_value_is_refused(tmp_path, field, value, dt
     assert datasets.load_mtx(path, dtype=np.uint8, return_values=True)[1].tolist() == [7]
 
 
+def test_edge_list_integer_dtype_keeps_integers_past_float64s(tmp_path):
+    """The value column was read as float64 and then cast: with dtype=int64, 2**53 + 1 loaded
+    as 2**53 without a word, and int64's largest value was refused as beyond int64, the
+    message offering float64 (which changes it). Integer values are now read exactly for an
+    integer dtype; values no integer dtype holds are still refused, as are non-integers."""
+    path = write(tmp_path / "v.txt", f"0 1 {2**53 + 1}\n1 0 {-(2**63)}\n1 1 {2**63 - 1}\n")
+    graph, values = datasets.load_edge_list(path, dtype=np.int64, return_values=True)
+    assert values.dtype == np.int64 and sorted(values.tolist()) == [-(2**63), 2**53 + 1, 2**63 - 1]
+    assert values[rows_of(graph) == 1].tolist() == [2**53 + 1, 2**63 - 1]  # row 1: edges 0 -> 1 and 1 -> 1
+    unsigned = write(tmp_path / "u.txt", f"0 1 {2**64 - 1}\n1 0 {2**53 + 1}\n")
+    _, values = datasets.load_edge_list(unsigned, dtype=np.uint64, return_values=True)
+    assert values.dtype == np.uint64 and sorted(values.tolist()) == [2**53 + 1, 2**64 - 1]
+    for dtype in (np.int64, np.int32):  # 2**64 - 1 fits neither: refused, as before
+        with pytest.raises(ValueError, match=re.escape(f"{unsigned}: dtype={np.dtype(dtype)} cannot hold")):
+            datasets.load_edge_list(unsigned, dtype=dtype, return_values=True)
+    with pytest.raises(ValueError, match="dtype=uint64 cannot hold the value -1"):  # a negative value
+        datasets.load_edge_list(write(unsigned, f"0 1 {2**60}\n1 0 -1\n"), dtype=np.uint64, return_values=True)
+    mixed = write(tmp_path / "m.txt", f"0 1 {2**60}\n1 0 2.5\n")  # read as float64, 2.5 refused by the cast
+    with pytest.raises(ValueError, match="dtype=int64 cannot hold the value 2.5"):
+        datasets.load_edge_list(mixed, dtype=np.int64, return_values=True)
+    assert datasets.load_edge_list(mixed, return_values=True)[1].dtype == np.float64  # no dtype: as before
+
+
 def test_mtx_symmetric_pattern_with_self_loops(tmp_path):
     path = write(tmp_path / "s.mtx", "%%MatrixMarket matrix coordinate pattern symmetric\n3 3 2\n2 1\n3 3\n")
     graph, values = datasets.load_mtx(path, return_values=True)

@@ -52,7 +52,8 @@ def load_edge_list(
         dtype of the values (float64 by default).
         It must hold every value up to rounding: a value it would change otherwise (500 in
         int8, 1.5 or NaN in an integer dtype, an imaginary part in a real one, 1e300 in
-        float32) is a ValueError naming it.
+        float32) is a ValueError naming it. For an integer dtype, integer values are read
+        exactly (past 2**53, where float64 rounds them).
     return_values : bool
         Also return the third column, in the graph's edge order (None for 2 columns).
     max_nodes : int, optional
@@ -124,8 +125,24 @@ def load_edge_list(
     if num_nodes is None:
         num_nodes = _inferred_num_nodes(table, left, right, one_based, max_nodes)
     values = table.columns[2] if ncol >= 3 else None
+    if values is not None and dtype is not None and dtype.kind in "iu":
+        values = _exact_integers(text, ncol, dtype, values)
     graph, values = graph_of_edges(src, dst, num_nodes, num_nodes, values, add_self_loops, dtype, path)
     return as_result(graph, values, return_values)
+
+
+def _exact_integers(text, ncol, dtype, values):
+    """The value column read again as integers, for an integer ``dtype``, where a value is at
+    least 2**53: read as float64, such a value is rounded before the cast could see it change
+    (2**53 + 1 would load as 2**53). Kept as read where a token is no integer of the dtype's
+    sign (then the cast judges the value)."""
+    if not (np.abs(values) >= 2.0**53).any():
+        return values
+    kinds = ["skip", "skip", "uint" if dtype.kind == "u" else "int", *["skip"] * (ncol - 3)]
+    try:
+        return text.table(0, 0, kinds, "as on the first data line").columns[0]
+    except ValueError:
+        return values
 
 
 def _inferred_num_nodes(table, left, right, one_based, max_nodes):
