@@ -18,7 +18,7 @@ from helpers import load_benchmark
 import cupy_csrattn as ca
 from cupy_csrattn import backend, cli, datasets
 from cupy_csrattn import bench as bm
-from cupy_csrattn.bench import baselines
+from cupy_csrattn.bench import baselines, report
 from cupy_csrattn.cli import opcheck
 from cupy_csrattn.cpu import edge_dots
 from cupy_csrattn.gpu import kernels
@@ -1326,3 +1326,6 @@ def test_bench_prints_a_file_name_that_is_not_utf8(tmp_path):
     result = run_module(*arguments, "--out", str(tmp_path), env={"PYTHONIOENCODING": "utf-8"})
     assert result.returncode == 0, result.stderr
     assert "\\udcff: 3 rows, 3 edges" in result.stdout
+    # with matplotlib, its figure's title too: a lone surrogate made set_text raise a TypeError
+    assert bm.matplotlib_available() == bool(list(tmp_path.glob("bench_*.png")))
+    assert report.printable(os.fsdecode(b"\xff.txt")) == "\\udcff.txt" and report.printable("ü 1") == "ü 1"

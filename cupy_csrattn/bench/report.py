@@ -85,6 +85,12 @@ def file_stem(text):
     return re.sub(r"[^\w.-]+", "_", text).strip("_") or "bench"
 
 
+def printable(text):
+    """``text`` with what no font draws escaped: a file name's undecodable bytes are lone
+    surrogates in Python, which matplotlib's text refuses (a TypeError after the timing)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def matplotlib_available():
     try:
         import matplotlib
@@ -156,9 +162,8 @@ def plot_results(records, out_dir, title=""):
         ax_roof.grid(axis="x", alpha=0.3)
         for y, value in enumerate(roof):
             ax_roof.text(value, y, f" {value:.0f}%", va="center", fontsize="x-small")
-        fig.suptitle(
-            f"{graph}: {mine[0]['num_dst']} rows, {mine[0]['num_edges']} edges" + (f" ({title})" if title else "")
-        )
+        size = f"{mine[0]['num_dst']} rows, {mine[0]['num_edges']} edges"
+        fig.suptitle(f"{printable(graph)}: {size}" + (f" ({title})" if title else ""))
         fig.tight_layout()
         path = out_dir / f"bench_{file_stem(graph)}.png"
         fig.savefig(path, dpi=110)
