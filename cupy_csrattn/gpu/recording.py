@@ -50,6 +50,12 @@ def recording():
     return _local.recorder is not None
 
 
+def thread_state():
+    """The per-thread state whose ``recorder`` is the recording Recorder or None: for a caller
+    that checks ``recording()`` on every call and wants the attribute read alone."""
+    return _local
+
+
 def note_launch(kernel, grid, block, args):
     current = _current()
     if not current.in_block:
