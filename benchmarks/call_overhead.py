@@ -4,8 +4,8 @@ Run on a machine with a GPU, from the repository root:
     PYTHONPATH=. python3 benchmarks/call_overhead.py [results.json] [--profile]
 For each case of compare_trees.cases on a 384-row graph whose plan exists: host time per
 call (the cost of issuing it: short batches of calls, each started with the GPU idle and
-timed until its last call returns) beside the host time of a bare launch timed just before
-it (a machine's host speed drifts within a run), time per call back to back (calls issued back to back,
+timed until its last call returns) beside the host time of a bare launch timed batch by batch
+beside it (a machine's host speed drifts within a run), time per call back to back (calls issued back to back,
 one sync at the end: the host's cost or the GPU's, whichever is larger), synced time per
 call (median of calls each followed by a sync), the number of kernel launches a call makes,
 and the same three times for one call captured in a CUDA graph and launched. Beside the float32
@@ -127,14 +127,13 @@ def main(out_path=None, profile=False):
     for name, make in cases(np.random.default_rng(0), graph.num_edges, graph.num_dst, graph.num_src):
         call = partial(make(), package=cupy_csrattn, graph=graph)
         call()  # plan, transpose, compilation
-        # The bare launch again, beside the case: a machine's host speed drifts within a run.
-        case_bare = host_time(bare)
-        host, back, synced, count = host_time(call), back_to_back_time(call), synced_time(call), launches_per_call(call)
         baseline = simple_call(simple, name, graph.num_edges, graph.num_src)
-        simple_host = None
-        if baseline is not None:
-            baseline()  # compilation
-            simple_host = host_time(baseline)
+        # The bare launch again (and the simple kernel's call), their batches taking turns with
+        # the case's: a machine's host speed drifts within a run.
+        timed = [bare, call] + ([] if baseline is None else [baseline])
+        case_bare, host, *simple_host = (us * 1e-6 for us in timing.time_host_calls(timed))
+        simple_host = simple_host[0] if simple_host else None
+        back, synced, count = back_to_back_time(call), synced_time(call), launches_per_call(call)
         graph_launch = captured(call)
         graph_host, graph_back, graph_synced = (
             host_time(graph_launch),
@@ -157,7 +156,7 @@ def main(out_path=None, profile=False):
         )
         beside_simple = "" if simple_host is None else f"  simple kernel's call: host {simple_host * 1e6:6.2f} us"
         print(
-            f"{name:<42} host {host * 1e6:6.2f} us ({host / case_bare:4.2f}x the bare launch timed before it,"
+            f"{name:<42} host {host * 1e6:6.2f} us ({host / case_bare:4.2f}x the bare launch timed beside it,"
             f" {case_bare * 1e6:5.2f} us)  back to back {back * 1e6:6.2f} us"
             f"  synced {synced * 1e6:6.2f} us  launches {count}  CUDA graph: host {graph_host * 1e6:6.2f} us,"
             f" back to back {graph_back * 1e6:6.2f} us, synced {graph_synced * 1e6:6.2f} us{beside_simple}",

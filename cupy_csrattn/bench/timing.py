@@ -49,17 +49,27 @@ def time_host_call(fn, calls=32, batches=40):
     longer on the GPU than on the host does not make the host wait, so this is the cost of
     issuing the call, not its GPU time.
     """
-    fn()
+    return time_host_calls([fn], calls, batches)[0]
+
+
+def time_host_calls(fns, calls=32, batches=40):
+    """time_host_call of each of ``fns``, their batches taking turns (a batch of the first, of
+    the second, ..., then again): a machine's host speed drifts within a run, and functions
+    timed side by side see the same drift, so their ratio holds where times taken one after
+    the other would not."""
     device = cupy.cuda.Device()
-    times = []
+    times = [[] for _ in fns]
+    for fn in fns:
+        fn()
     for _ in range(batches):
-        device.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls * 1e6)
+        for fn, samples in zip(fns, times):
+            device.synchronize()
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples.append((time.perf_counter() - start) / calls * 1e6)
     device.synchronize()
-    return statistics.median(times)
+    return [statistics.median(samples) for samples in times]
 
 
 def time_back_to_back(fn, repeat=200):
