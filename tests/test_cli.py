@@ -724,6 +724,33 @@ def test_bench_case_beyond_memory_is_skipped_with_its_reason(capsys, monkeypatch
     assert "no method timed" in out
 
 
+def test_bench_case_whose_bytes_moved_exceed_memory_is_timed(capsys, monkeypatch, tmp_path):
+    """The check before a case summed the op's byte model, the bytes it moves (a gathered node
+    row once per edge), as if they were held: on a GPU of 140 GiB the fused backward on a graph
+    of 50M edges, whose arrays take under 1 GiB, was skipped as needing 192 GiB. The check sums
+    the case's arrays: a case that moves more bytes than memory holds, but whose arrays fit, is
+    timed."""
+    op, H, F, sets = "graph_attention_backward", 1, 16, 8  # 8000 edges: inputs rotate between 8 sets
+    graph = datasets.uniform_graph(1000, 8)
+    moved = OPS[op].bytes(graph, np.float32, H, F) * sets
+    held = bm.runner.held_bytes(graph, op, "float32", H, F) * sets
+    limit = 16 << 20
+    assert held < limit < moved  # the case this test needs
+    monkeypatch.setattr(backend, "host_memory_bytes", lambda: limit)
+    args = ("bench", "--graph", "uniform:1000,8", "--ops", op, "--device", "cpu", "--repeat", "1")
+    status, out, err = run_main(
+        capsys, *args, "--heads", str(H), "--features", str(F), "--out", str(tmp_path), "--no-plot"
+    )
+    assert status == 0, err
+    document = json.loads(next(tmp_path.glob("bench_cpu_*.json")).read_text())
+    assert [(r["op"], r["method"]) for r in document["records"]][:1] == [(op, "csrattn")]
+    assert not [s for s in document["skipped"] if s["method"] == "csrattn"]
+
+
+def test_bench_held_arrays_name_every_timed_op():
+    assert set(bm.runner.HELD_ARRAYS) == set(bm.runner.TIMERS)
+
+
 @pytest.mark.parametrize(
     "option,values",
     [

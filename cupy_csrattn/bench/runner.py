@@ -41,6 +41,37 @@ TIMERS = {
 }
 #: The ops the bench can time, in the order they are run.
 BENCH_OPS = tuple(TIMERS)
+#: The arrays one case of each op holds, per input set, as counts of (E, H) edge arrays and of
+#: (N, H, F) node arrays: its inputs, its outputs and the gradients it is given or returns.
+#: The check before a case draws anything sums these, not the op's byte model (OPS[op].bytes),
+#: which counts bytes moved: a gathered node row once per edge, E / N times its memory.
+HELD_ARRAYS = {
+    "edge_softmax": (2, 0),
+    "edge_softmax_backward": (3, 0),
+    "spmm": (1, 2),
+    "spmm_backward": (2, 3),
+    "attention_aggregate": (1, 2),
+    "attention_aggregate_backward": (2, 3),
+    "sddmm": (1, 2),
+    "sddmm_backward": (1, 4),
+    "graph_attention": (0, 4),
+    "gat_attention": (0, 2),
+    "graph_attention_backward": (0, 8),
+    "gat_attention_backward": (0, 4),
+    "gatv2_attention": (0, 3),
+    "gatv2_attention_backward": (0, 6),
+}
+
+
+def held_bytes(graph, op, dtype, H, F):
+    """The bytes of the arrays a case of ``op`` holds for one input set (HELD_ARRAYS), with
+    four (N, H) arrays beside them (a row's log-sum-exp, gat's per-node scores)."""
+    edge_arrays, node_arrays = HELD_ARRAYS[op]
+    nodes = max(graph.num_dst, graph.num_src)
+    elements = edge_arrays * graph.num_edges * H + node_arrays * nodes * H * F + 4 * nodes * H
+    return elements * np.dtype(dtype).itemsize
+
+
 #: Registered ops the bench cannot time (see TIMERS).
 UNTIMED_OPS = tuple(name for name in OPS if name not in TIMERS)
 
@@ -128,12 +159,13 @@ class GraphBench:
     def run(self, case):
         """Time one case (its records go to ``self.records``, skips to ``self.skipped``)."""
         nbytes = OPS[case.op].bytes(self.graph, np.dtype(case.dtype), case.H, case.F)
-        # The op's bytes (its inputs and outputs, each input set) must fit the device before any
-        # is drawn: an allocation past the host's memory may succeed and the process be killed
-        # as it is written. A case that cannot fit is skipped, its reason recorded; the others run.
+        # The case's arrays (each input set) must fit the device before any is drawn: an
+        # allocation past the host's memory may succeed and the process be killed as it is
+        # written. A case that cannot fit is skipped, its reason recorded; the others run.
         try:
             what = f"{case.op} with H={case.H}, F={case.F} on {self.name}"
-            backend.check_memory(what, nbytes * self.sets, on_gpu=self.device.kind == "gpu")
+            held = held_bytes(self.graph, case.op, case.dtype, case.H, case.F)
+            backend.check_memory(what, held * self.sets, on_gpu=self.device.kind == "gpu")
         except (MemoryError, ValueError) as error:
             self.skip(case, "csrattn", f"{type(error).__name__}: {error} (no method timed)")
             return
