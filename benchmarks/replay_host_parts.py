@@ -5,9 +5,10 @@ Run on a machine with a GPU, from the repository root:
 
 First the CuPy and driver calls a replay makes, each alone (a bare RawKernel launch, a
 cuLaunchKernel through CuPy's driver binding, a pool allocation, an array header, ...). Then,
-for a few ops whose record exists, the host time of: the whole call (``full``); ``floor``, what
-any replay of the record must do (allocate its arrays, write their addresses into the argument
-slots, launch its kernels or its CUDA graph); the call's description (``describe``, the record's
+for a few ops whose record exists, the host time of: the whole call (``full``, its results
+dropped at once, so that a replay takes their memory again); ``floor``, what a replay with new
+memory must do (allocate its arrays, write their addresses into the argument slots, launch its
+kernels or its CUDA graph); the call's description (``describe``, the record's
 key); the record's call without the description and the lookup (``record_call``); and each part
 of the floor alone. A bare launch is timed before each op (a machine's host speed drifts within
 a run). Times are microseconds per call, each the median of 40 batches of 64 calls issued with
@@ -67,8 +68,8 @@ def parts(record, public, args, kwargs, stream_ptr):
     """name -> fn: the call, its floor, and their parts (see the module's docstring)."""
     function = public.__wrapped__
     _, arrays, addresses = replay._describe(function, args, kwargs)
-    held, new, _ = record._allocate()  # the slots point here while the parts alone run
-    where = addresses + new
+    held = record._layout.allocate(stream_ptr)  # the slots point here while the parts alone run
+    where = addresses + held.addresses
 
     def writes():
         for values, position, index, offset in record._writes:
@@ -78,12 +79,9 @@ def parts(record, public, args, kwargs, stream_ptr):
         for head, params, _ in record._launches:
             driver.launchKernel(*head, stream_ptr, params, 0)
 
-    def floor():
-        if record._lone is not None:
-            new = [cupy.ndarray(*record._lone).data.ptr]
-        else:
-            memory, new, _ = record._allocate()
-        call_where = addresses + new
+    def floor():  # with new memory, as where the caller holds the last call's results
+        arena = record._layout.allocate(stream_ptr)
+        call_where = addresses + arena.addresses
         for values, position, index, offset in record._writes:
             values[position] = call_where[index] + offset
         if record._graph is not None:
@@ -96,7 +94,7 @@ def parts(record, public, args, kwargs, stream_ptr):
         floor=floor,
         describe=lambda: replay._describe(function, args, kwargs),
         record_call=lambda: record(arrays, addresses),
-        allocate=record._allocate,
+        allocate=lambda: record._layout.allocate(stream_ptr),
         writes=writes,
         direct_launches=direct_launches,
     )
@@ -146,7 +144,7 @@ def main():
             launches=len(record._launches),
             cuda_graph=record._graph is not None,
             slot_writes=len(record._writes),
-            blocks=[size for size, _ in record._blocks],
+            blocks=[size for size, _ in record._layout.blocks],
             bare_rawkernel_us=host(prims["bare_rawkernel"]),
             us={},
         )

@@ -58,6 +58,31 @@ def test_repeated_calls_equal_the_full_path(cupy, graph_data, case, dtype):
     assert len(_replay_records(graph)) == 1, "the repeated call was not replayed"
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_replays_take_the_memory_of_dropped_results_and_leave_held_ones(cupy, case, dtype):
+    """Results the caller dropped: the next replay takes their memory again (the record's
+    arena) and writes the full path's results there; results the caller holds keep their
+    values through later replays."""
+    rng = np.random.default_rng(8)
+    graph_data = odd_sizes()
+    graph = make_graph(cupy, graph_data)
+    public = OPS[case.op].function
+    calls = [to_xp(cupy, case.make(rng, graph_data, 2, 5, dtype)) for _ in range(7)]
+    wants = [public.__wrapped__(graph, *args, **kwargs) for args, kwargs in calls]
+    arenas = []
+    for call, ((args, kwargs), want) in enumerate(zip(calls[:4], wants)):  # full, recorded, two replays
+        got = public(graph, *args, **kwargs)
+        _assert_same(got, want, f"{case} call {call}")
+        del got
+        records = _replay_records(graph)
+        arenas.append(records[0]._arena if records else None)
+    assert arenas[2] is not None and arenas[3] is arenas[2], "the replay did not take the dropped results' memory"
+    held = [public(graph, *args, **kwargs) for args, kwargs in calls[4:]]
+    for call, (got, want) in enumerate(zip(held, wants[4:]), 4):
+        _assert_same(got, want, f"{case} held call {call}")
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c.out_index is not None], ids=str)
 def test_replayed_call_writes_out(cupy, case):
     rng = np.random.default_rng(4)

@@ -6,13 +6,14 @@ suite (tests/test_replay.py) checks the same on every real op."""
 
 import ctypes
 import threading
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from cupy_csrattn import backend
-from cupy_csrattn.gpu import cuda_graph, recording, replay
+from cupy_csrattn.gpu import cuda_graph, recording, replay, replay_results
 
 BLOCKS = {}  # start address -> the bytes of a stand-in allocation
 
@@ -34,14 +35,16 @@ def _block_at(address):
 
 
 class FakeMemory:
-    """Enough of cupy.cuda.MemoryPointer: an address, a device, an offset added."""
+    """Enough of cupy.cuda.MemoryPointer: an address, a device, an offset added, the
+    allocation it points into (``mem``, which every pointer into it refers to)."""
 
-    def __init__(self, ptr):
+    def __init__(self, ptr, mem=None):
         self.ptr = ptr
         self.device_id = 0
+        self.mem = mem if mem is not None else SimpleNamespace(ptr=ptr)
 
     def __add__(self, offset):
-        return FakeMemory(self.ptr + offset)
+        return FakeMemory(self.ptr + offset, self.mem)
 
 
 class FakeArray:
@@ -59,7 +62,7 @@ class FakeArray:
         address = _allocate(self.nbytes) if memptr is None else memptr.ptr
         start, block = _block_at(address)
         self.values = block[address - start : address - start + self.nbytes].view(self.dtype).reshape(self.shape)
-        self.data = FakeMemory(address)
+        self.data = FakeMemory(address) if memptr is None else memptr
 
     def reshape(self, *shape):
         return FakeArray(shape[0] if len(shape) == 1 else shape, self.dtype, memptr=self.data)
@@ -474,7 +477,7 @@ def test_a_replay_returns_its_results_in_one_allocation_with_or_without_its_scra
     else takes another block, which no result holds: every replay frees that one."""
     fake = FakeDriver()
     monkeypatch.setattr(cuda_graph, "driver", fake.functions)
-    monkeypatch.setattr(replay, "SCRATCH_WITH_RESULTS", scratch_with_results)
+    monkeypatch.setattr(replay_results, "SCRATCH_WITH_RESULTS", scratch_with_results)
     op, graph = replay.replayed(staged), FakeGraph()
     for seed in range(2):  # the full call, the recorded one
         op(graph, _x(seed))
@@ -489,15 +492,15 @@ def test_a_replay_returns_its_results_in_one_allocation_with_or_without_its_scra
         + TABLE.values,
     )
     (held, _), (other, _) = _block_at(out.data.ptr), _block_at(right.data.ptr)
-    assert held == other and {out.data.ptr - held, right.data.ptr - held} == {0, replay.ALIGNMENT}
+    assert held == other and {out.data.ptr - held, right.data.ptr - held} == {0, replay_results.ALIGNMENT}
     # right and out, then mid and left (six float32 each: one aligned step apiece)
     if scratch_with_results:
-        assert allocated == [4 * replay.ALIGNMENT]
-        assert [size for size, _ in record._blocks] == [4 * replay.ALIGNMENT]
+        assert allocated == [4 * replay_results.ALIGNMENT]
+        assert [size for size, _ in record._layout.blocks] == [4 * replay_results.ALIGNMENT]
     else:
-        assert allocated == [2 * replay.ALIGNMENT] * 2
-        assert [size for size, _ in record._blocks] == [2 * replay.ALIGNMENT] * 2
-        assert [shape is None for _, members in record._blocks for _, _, shape, _ in members] == [False] * 2 + [
+        assert allocated == [2 * replay_results.ALIGNMENT] * 2
+        assert [size for size, _ in record._layout.blocks] == [2 * replay_results.ALIGNMENT] * 2
+        assert [shape is None for _, members in record._layout.blocks for _, _, shape, _ in members] == [False] * 2 + [
             True
         ] * 2
 
@@ -586,12 +589,12 @@ def test_a_description_tells_apart_what_the_work_depends_on(public):
     "template",
     [
         None,
-        replay._Slot(replay._IN, 1, None),
-        replay._Slot(replay._NEW, 0, (2,)),
-        (replay._Slot(replay._NEW, 0, (2,)), replay._Slot(replay._NEW, 1, (3,))),
-        (replay._Slot(replay._NEW, 1, (3,)),),
-        (replay._Slot(replay._IN, 0, None), None, replay._Slot(replay._NEW, 1, (3,))),
-        ((replay._Slot(replay._NEW, 0, (2,)), None), replay._Slot(replay._IN, 1, None)),
+        replay_results.Slot(replay_results.IN, 1, None),
+        replay_results.Slot(replay_results.NEW, 0, (2,)),
+        (replay_results.Slot(replay_results.NEW, 0, (2,)), replay_results.Slot(replay_results.NEW, 1, (3,))),
+        (replay_results.Slot(replay_results.NEW, 1, (3,)),),
+        (replay_results.Slot(replay_results.IN, 0, None), None, replay_results.Slot(replay_results.NEW, 1, (3,))),
+        ((replay_results.Slot(replay_results.NEW, 0, (2,)), None), replay_results.Slot(replay_results.IN, 1, None)),
         (),
     ],
 )
@@ -603,9 +606,144 @@ def test_a_replay_returns_its_results_where_the_template_places_them(template):
     def expected(part):
         if part is None:
             return None
-        if isinstance(part, replay._Slot):
-            return (arrays if part.source == replay._IN else returned)[part.index]
+        if isinstance(part, replay_results.Slot):
+            return (arrays if part.source == replay_results.IN else returned)[part.index]
         return tuple(expected(p) for p in part)
 
-    result = replay._picker(template, len(arrays))([*arrays, *returned, None])
+    result = replay_results.picker(template, len(arrays))([*arrays, *returned, None])
     assert result == expected(template) and type(result) is type(expected(template))
+
+
+def _recorded(op, graph):
+    """Make the full call and the recorded one of ``op`` on ``graph``."""
+    for seed in range(2):
+        op(graph, _x(seed))
+    (record,) = graph.cache["replay records"].values()
+    return record
+
+
+def _check(out, x):
+    np.testing.assert_array_equal(out.values, np.float32(2.0) * x.values + TABLE.values)
+
+
+def test_a_replay_takes_the_memory_of_the_last_one_once_its_results_are_dropped(public):
+    """The caller dropped the last replay's result: the next replay returns that array again,
+    in its memory, with the new call's values, and allocates nothing."""
+    graph = FakeGraph()
+    record = _recorded(public, graph)
+    out = public(graph, _x(2))
+    arena, address = record._arena, out.data.ptr
+    del out
+    inputs = [_x(seed) for seed in range(3, 6)]
+    allocated = FakeArray.next_address[0]
+    for x in inputs:
+        out = public(graph, x)
+        _check(out, x)
+        assert out.data.ptr == address and out is arena.arrays[0] and record._arena is arena
+        del out
+    assert FakeArray.next_address[0] == allocated and len(FULL_CALLS) == 2
+
+
+@pytest.mark.parametrize("kept", ["the array", "a view", "its memory pointer", "a weak reference", "nothing"])
+def test_a_result_the_caller_still_refers_to_is_never_written_again(public, kept):
+    """Whatever of a result the caller keeps (the array, a view of it, its memory pointer, a
+    weak reference), later replays leave its memory alone; a result whose shape the caller
+    changed before dropping it is not returned again in that shape."""
+    graph = FakeGraph()
+    _recorded(public, graph)
+    out = public(graph, _x(2))
+    address, values = out.data.ptr, out.values.copy()
+    keep = {
+        "the array": lambda: out,
+        "a view": lambda: out.reshape(2, 3),
+        "its memory pointer": lambda: out.data,
+        "a weak reference": lambda: weakref.ref(out),
+        "nothing": lambda: out.__setattr__("shape", (3, 2)),  # changed, then dropped
+    }[kept]()
+    del out
+    for seed in range(3, 6):
+        x = _x(seed)
+        later = public(graph, x)
+        _check(later, x)
+        assert later.data.ptr != address and later.shape == (6,)
+        del later
+    start, block = _block_at(address)
+    np.testing.assert_array_equal(block[address - start : address - start + 24].view(np.float32), values)
+    assert keep is not None or kept == "nothing"
+
+
+def test_a_replay_on_another_stream_takes_new_memory(public, monkeypatch):
+    """The memory of a replay on one stream serves the next replay only on that stream (as
+    CuPy's pool hands a freed block back to the stream that freed it)."""
+    graph = FakeGraph()
+    _recorded(public, graph)
+    out = public(graph, _x(2))
+    address = out.data.ptr
+    del out
+    other = SimpleNamespace(ptr=7, is_capturing=lambda: False)
+    monkeypatch.setattr(backend.cupy.cuda, "get_current_stream", lambda: other)
+    x = _x(3)
+    out = public(graph, x)
+    _check(out, x)
+    assert out.data.ptr != address
+
+
+def test_a_call_captured_in_a_cuda_graph_takes_memory_of_its_own(public, monkeypatch):
+    """While its stream is captured, a replay neither takes the record's memory nor keeps its
+    own for later calls (the captured graph writes it at every launch)."""
+    graph = FakeGraph()
+    record = _recorded(public, graph)
+    out = public(graph, _x(2))
+    address = out.data.ptr
+    del out
+    capturing = SimpleNamespace(ptr=7, is_capturing=lambda: True)
+    monkeypatch.setattr(backend.cupy.cuda, "get_current_stream", lambda: capturing)
+    captured = public(graph, _x(3)).data.ptr
+    assert captured != address and record._arena.addresses == [address]
+    monkeypatch.setattr(backend.cupy.cuda, "get_current_stream", FakeStream)
+    x = _x(4)
+    out = public(graph, x)
+    _check(out, x)
+    assert out.data.ptr == address
+
+
+def test_a_replay_larger_than_held_bytes_keeps_no_memory(public, monkeypatch):
+    monkeypatch.setattr(replay_results, "HELD_BYTES", 16)
+    graph = FakeGraph()
+    record = _recorded(public, graph)
+    addresses = []
+    for seed in range(2, 5):
+        x = _x(seed)
+        out = public(graph, x)
+        _check(out, x)
+        addresses.append(out.data.ptr)
+        del out
+    assert len(set(addresses)) == 3 and record._arena is None
+
+
+def test_results_and_scratch_of_several_kernels_are_taken_again_together(public, monkeypatch):
+    """A record returning two arrays and using scratch (the staged op): its next replay takes
+    the whole block again once both results are dropped, and new memory while one is held."""
+    monkeypatch.setattr(cuda_graph, "driver", FakeDriver().functions)
+    op, graph = replay.replayed(staged), FakeGraph()
+    _recorded(op, graph)
+
+    def expected(x):
+        mid = np.float32(2.0) * x.values + TABLE.values
+        left = np.float32(2.0) * mid + TABLE.values
+        return np.float32(2.0) * left + TABLE.values, np.float32(3.0) * mid + TABLE.values
+
+    def call(seed):
+        x = _x(seed)
+        out, right = op(graph, x)
+        want_out, want_right = expected(x)
+        np.testing.assert_array_equal(out.values, want_out)
+        np.testing.assert_array_equal(right.values, want_right)
+        return out, right
+
+    first = [r.data.ptr for r in call(2)]
+    assert [r.data.ptr for r in call(3)] == first
+    _, held = call(4)
+    held_values = held.values.copy()
+    assert [r.data.ptr for r in call(5)] != first
+    np.testing.assert_array_equal(held.values, held_values)

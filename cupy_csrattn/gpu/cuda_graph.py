@@ -147,13 +147,14 @@ class KernelGraph:
         if result != _SUCCESS:
             raise GraphError(f"CUDA driver error {result} building a kernel graph")
 
-    def launch(self, stream):
+    def launch(self, stream, arguments_written=True):
         """Give each node whose arguments changed its new ones and launch the graph on
         ``stream`` (a CUstream address); False, with nothing launched, where the driver refuses
-        (the graph is then not to be launched again)."""
+        (the graph is then not to be launched again). ``arguments_written`` False: the caller
+        knows no slot changed since the last launch, and none is compared."""
         set_params = self._driver["GraphExecKernelNodeSetParams"]
         executable, held = self.executable, self._held
-        for index, values in enumerate(self.arguments):
+        for index, values in enumerate(self.arguments if arguments_written else ()):
             now = bytes(values)
             if now != held[index]:
                 if set_params(executable, self._nodes[index], byref(self._params[index])) != _SUCCESS:

@@ -5,11 +5,12 @@ the same description: the op, the types, dtypes, shapes, strides and alignments 
 arrays, the values of the scalars, the current device. Once validated and run, such a call
 is recorded: the kernels it launched (grids, argument tuples) and the arrays it allocated
 (outputs and scratch). A later call with the same description skips validation, placement and
-the launchers' choices: it allocates fresh memory for the recorded arrays (one block for the
-arrays it returns and a small scratch, another for a large scratch), writes the addresses of
-the caller's arrays and the new ones into the kernels' argument slots where the recorded call
-had its own, and launches the same kernels in the same order on the current stream. The results are those of
-the full call, bit for bit, because it is the same work.
+the launchers' choices: it takes memory for the recorded arrays (that of the record's last
+replay where the caller holds none of its results any more, else fresh memory:
+gpu/replay_results.py), writes the addresses of the caller's arrays and the new ones into
+the kernels' argument slots where the recorded call had its own, and launches the same
+kernels in the same order on the current stream. The results are those of the full call,
+bit for bit, because it is the same work.
 
 A call is recorded at its second occurrence (its first may build the graph's derived data,
 which later calls only read) and only when all of its GPU work went through
@@ -24,14 +25,13 @@ with it, and a graph's arrays must not change after it is built (the CSRGraph co
 
 import ctypes
 import functools
-import operator
 import threading
-from typing import NamedTuple
 
 import numpy as np
 
 from cupy_csrattn import backend
-from cupy_csrattn.gpu import cuda_graph, recording
+from cupy_csrattn.gpu import cuda_graph, recording, replay_results
+from cupy_csrattn.gpu.replay_results import IN, NEW, NotReplayable, Slot
 
 try:  # CuPy's binding of the driver API: cuLaunchKernel, cuCtxGetCurrent
     from cupy_backends.cuda.api import driver as _driver_api
@@ -43,7 +43,6 @@ MAX_RECORDS_PER_GRAPH = 256
 
 _SCALARS = (int, float, bool, str)
 NO_CONTEXT = object()  # what a replay returns, having done nothing, on a thread with no current context
-_IN, _NEW = 0, 1  # sources of an array argument: a caller's array, a new allocation
 
 
 def _describe(function, args, kwargs):
@@ -81,7 +80,7 @@ def _source(array, arrays, allocations):
     """(source, index, byte offset) of the caller's array or allocation holding ``array``'s
     memory; None when none does, "ambiguous" when several do."""
     pointer, found = array.data.ptr, []
-    for source, candidates in ((_IN, arrays), (_NEW, allocations)):
+    for source, candidates in ((IN, arrays), (NEW, allocations)):
         for index, candidate in enumerate(candidates):
             begin = candidate.data.ptr
             if begin <= pointer < begin + candidate.nbytes:
@@ -91,33 +90,22 @@ def _source(array, arrays, allocations):
     return found[0] if found else None
 
 
-class _NotReplayable(Exception):
-    pass
-
-
-class _Slot(NamedTuple):
-    """Where a result comes from: a caller's array (_IN, ``shape`` None) or a new allocation
-    (_NEW), returned with ``shape``."""
-
-    source: int
-    index: int
-    shape: tuple
-
-
 class Replay:
     """The recorded work of one call, repeated with a later call's arrays.
 
     Each recorded kernel keeps its arguments in 8-byte slots (cuda_graph.argument_slots): the
     graph's arrays and the scalars are written once, the call's own arrays (the caller's and
-    the new allocations) per call. A record of several kernels launches them as one CUDA graph
-    (gpu/cuda_graph.py), the kernels of one ``independent`` block free to run side by side;
-    otherwise (one kernel, no driver library, a stream being captured, a graph the driver
-    refused) each kernel goes to cuLaunchKernel through CuPy's driver binding with its slots,
-    which costs the host a fraction of a launch through CuPy's Function (that converts every
-    argument on every call). The arrays a call returns share one allocation, freed when the
-    last of them is: one allocation and an array header per result cost the host less than an
-    allocation per array. A thread with no current CUDA context (the driver API needs one)
-    gets NO_CONTEXT: its call takes the full path, which makes one current.
+    the new allocations) where their addresses differ from the last replay's. A record of
+    several kernels launches them as one CUDA graph (gpu/cuda_graph.py), the kernels of one
+    ``independent`` block free to run side by side; otherwise (one kernel, no driver
+    library, a stream being captured, a graph the driver refused) each kernel goes to
+    cuLaunchKernel through CuPy's driver binding with its slots, which costs the host a
+    fraction of a launch through CuPy's Function (that converts every argument on every
+    call). The memory a replay needs comes from gpu/replay_results.py: the memory and result
+    arrays of the last replay where the caller no longer refers to them, else new memory
+    (one block for the results and a small scratch). A thread with no current CUDA context
+    (the driver API needs one) gets NO_CONTEXT: its call takes the full path, which makes
+    one current.
     """
 
     def __init__(self, collected, arrays, result):
@@ -135,181 +123,80 @@ class Replay:
                 if type(value) is cupy.ndarray:
                     source = _source(value, arrays, collected.allocations)
                     if source == "ambiguous":
-                        raise _NotReplayable("an argument's memory lies in two arrays")
+                        raise NotReplayable("an argument's memory lies in two arrays")
                     if source is None:  # the graph's own data, the same in every call
                         self._graph_arrays.append(value)
                         initial.append(value.data.ptr)
                         continue
                     origin, index, offset = source
-                    slots.append((position, index if origin == _IN else len(arrays) + index, offset))
+                    slots.append((position, index if origin == IN else len(arrays) + index, offset))
                     initial.append(0)
                 elif isinstance(value, np.generic):
                     initial.append(cuda_graph.slot_value(value))
                 else:
-                    raise _NotReplayable(f"a kernel argument of type {type(value).__name__}")
+                    raise NotReplayable(f"a kernel argument of type {type(value).__name__}")
             grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
             values, pointers = argument_slots = cuda_graph.argument_slots(initial)
             function = kernel.kernel.ptr
             self._writes += [(values, *slot) for slot in slots]
             self._launches.append(((function, *grid, *block, 0), ctypes.addressof(pointers), argument_slots))
             graph_launches.append((function, grid, block, argument_slots, stage))
-        self.result = self._template(result, arrays, collected.allocations)
-        self._pick = _picker(self.result, len(arrays))
-        self._place_allocations(collected.allocations)
+        self.result = replay_results.template(result, arrays, collected.allocations)
+        self._pick = replay_results.picker(self.result, len(arrays))
+        self._layout = replay_results.Layout(self.result, collected.allocations)
         self._graph = _kernel_graph(graph_launches)
-        self._single = None  # (launch head, params) of a record that _single_kernel_lone serves
-        if len(self._launches) == 1 and self._lone is not None and self.result == _Slot(_NEW, 0, self._lone[0]):
-            self._single = self._launches[0][:2]
-        self._lock = threading.Lock()  # the argument slots serve one call at a time
+        lone = self._layout.lone
+        # one kernel whose one new array is the call's result: launched and returned directly
+        self._single = len(self._launches) == 1 and lone is not None and self.result == Slot(NEW, 0, lone[0])
+        self._arena = None  # the memory of the last replay, for the next one (replay_results.Arena)
+        self._slots_at = None  # the addresses the slots hold: [*the caller's arrays', *the allocations']
+        self._graph_at = None  # the addresses the graph's nodes were last given
+        self._lock = threading.Lock()  # the argument slots and the arena serve one call at a time
 
-    def _place_allocations(self, allocations):
-        """Where a replay puts each recorded allocation. The arrays the call returns share one
-        block of memory, each at an offset aligned as a fresh allocation's start is for any
-        vector load. Its scratch joins that block when it is small (SCRATCH_WITH_RESULTS),
-        else takes a block of its own, freed when the call returns so that no result holds it.
-        A returned array alone, with no scratch, is allocated as itself.
-        ``_blocks``: (bytes, members) per block, members (index, offset, shape to return or
-        None, dtype); ``_lone``: (shape, dtype) of that lone array, else None."""
-        returned = {}
-
-        def collect(template):
-            if isinstance(template, _Slot):
-                if template.source == _NEW:
-                    if template.index in returned:  # a replay makes one array of each allocation
-                        raise _NotReplayable("an allocation is returned twice")
-                    returned[template.index] = template.shape
-            elif template is not None:
-                for part in template:
-                    collect(part)
-
-        collect(self.result)
-        results = [index for index in range(len(allocations)) if index in returned]
-        scratch = [index for index in range(len(allocations)) if index not in returned]
-        scratch_bytes = sum(_aligned(allocations[index].nbytes) for index in scratch)
-        if results and scratch_bytes <= SCRATCH_WITH_RESULTS:
-            groups = [results + scratch]
-        else:
-            groups = [group for group in (results, scratch) if group]
-        self._blocks = []
-        for group in groups:
-            members, size = [], 0
-            for index in group:
-                members.append((index, size, returned.get(index), allocations[index].dtype))
-                size += _aligned(allocations[index].nbytes)
-            self._blocks.append((size, members))
-        self._num_allocations = len(allocations)
-        self._lone = None
-        if len(self._blocks) == 1 and len(self._blocks[0][1]) == 1 and results:
-            _, _, shape, dtype = self._blocks[0][1][0]
-            self._lone = shape, dtype
-
-    def _allocate(self):
-        """(memory, addresses, arrays) of a replay: the blocks of memory it allocated (to be held
-        until its kernels are launched), the address of each allocation and the array of each
-        returned one (None for scratch), by allocation index."""
-        cupy = backend.cupy
-        ndarray, alloc = cupy.ndarray, cupy.cuda.alloc
-        memory, addresses, arrays = [], [0] * self._num_allocations, [None] * self._num_allocations
-        for size, members in self._blocks:
-            block = alloc(size)
-            memory.append(block)
-            start = block.ptr
-            for index, offset, shape, dtype in members:
-                addresses[index] = start + offset
-                if shape is not None:
-                    arrays[index] = ndarray(shape, dtype, block + offset if offset else block)
-        return memory, addresses, arrays
-
-    @staticmethod
-    def _template(result, arrays, allocations):
-        if result is None:
-            return None
-        if isinstance(result, tuple):
-            return tuple(Replay._template(r, arrays, allocations) for r in result)
-        for index, array in enumerate(arrays):
-            if result is array:
-                return _Slot(_IN, index, None)
-        for index, array in enumerate(allocations):
-            if type(result) is type(array) and result.data.ptr == array.data.ptr and result.nbytes == array.nbytes:
-                return _Slot(_NEW, index, result.shape)
-        raise _NotReplayable("a result is neither an argument nor an allocation")
+    def _memory(self, stream, capturing):
+        """The Arena serving a replay on ``stream``: the last one where it is free, else a new
+        one, kept for the next replay unless the stream is being captured (the captured
+        graph's launches would write it) or it is larger than HELD_BYTES."""
+        arena = self._arena
+        if arena is not None and not capturing and arena.free(stream):
+            return arena
+        arena = self._layout.allocate(stream)
+        if not capturing and self._layout.nbytes <= replay_results.HELD_BYTES:
+            arena.watch()
+            self._arena = arena
+        return arena
 
     def __call__(self, arrays, addresses):
-        """The call's results (``arrays``: the caller's, ``addresses``: their data's, a list
-        this call extends), or NO_CONTEXT (nothing done) where this thread has no current
-        CUDA context."""
+        """The call's results (``arrays``: the caller's, ``addresses``: their data's), or
+        NO_CONTEXT (nothing done) where this thread has no current CUDA context."""
         if not _driver_api.ctxGetCurrent():
             return NO_CONTEXT
-        if self._single is not None:
-            return self._single_kernel_lone(addresses)
-        cupy = backend.cupy
-        # new: the address of each allocation; memory: the blocks holding them, held until the
-        # kernels are launched (freed earlier, the pool could hand them to another array)
-        if self._lone is not None:  # most ops: one returned array, no scratch
-            array = cupy.ndarray(*self._lone)
-            memory, new, returned = None, [array.data.ptr], [array]
-        else:
-            memory, new, returned = self._allocate()
-        stream = cupy.cuda.get_current_stream()
-        where = addresses + new  # the address of each array, the caller's then the allocations'
+        stream = backend.cupy.cuda.get_current_stream()
+        stream_ptr = stream.ptr
+        capturing = stream_ptr != 0 and stream.is_capturing()  # the legacy default stream is never captured
         with self._lock:
-            for values, position, index, offset in self._writes:
-                values[position] = where[index] + offset
+            # arena: held until the kernels are launched (freed earlier, the pool could hand its
+            # memory to another array)
+            arena = self._memory(stream_ptr, capturing)
+            where = addresses + arena.addresses  # the address of each array, the caller's then the allocations'
+            if where != self._slots_at:
+                for values, position, index, offset in self._writes:
+                    values[position] = where[index] + offset
+                self._slots_at = where
+            if self._single:
+                head, params, _ = self._launches[0]
+                _driver_api.launchKernel(*head, stream_ptr, params, 0)
+                return arena.arrays[0]
             graph = self._graph
-            if graph is not None and not stream.is_capturing():
-                if graph.launch(stream.ptr):
-                    return self._pick([*arrays, *returned, None])
+            if graph is not None and not capturing:
+                if graph.launch(stream_ptr, where != self._graph_at):
+                    self._graph_at = where
+                    return self._pick([*arrays, *arena.arrays, None])
                 self._graph = None  # refused by the driver: kernel by kernel from now on
-            launch_kernel, stream_ptr = _driver_api.launchKernel, stream.ptr
+            launch_kernel = _driver_api.launchKernel
             for head, params, _ in self._launches:
                 launch_kernel(*head, stream_ptr, params, 0)
-        return self._pick([*arrays, *returned, None])
-
-    def _single_kernel_lone(self, addresses):
-        """The commonest record, called as __call__: one kernel, one new array that is the
-        call's result, no scratch."""
-        cupy = backend.cupy
-        array = cupy.ndarray(*self._lone)
-        addresses.append(array.data.ptr)
-        head, params = self._single
-        with self._lock:
-            for values, position, index, offset in self._writes:
-                values[position] = addresses[index] + offset
-            _driver_api.launchKernel(*head, cupy.cuda.get_current_stream().ptr, params, 0)
-        return array
-
-
-def _picker(template, num_arrays):
-    """fn(values) -> a call's results as ``template`` places them, values being the list
-    [*the caller's arrays, *the allocations' arrays (None for scratch), None]: one
-    itemgetter for a result or a flat tuple of them, the commonest shapes."""
-
-    def position(slot):
-        if slot is None:
-            return -1
-        return slot.index if slot.source == _IN else num_arrays + slot.index
-
-    if template is None or isinstance(template, _Slot):
-        return operator.itemgetter(position(template))
-    if len(template) > 1 and all(part is None or isinstance(part, _Slot) for part in template):
-        return operator.itemgetter(*map(position, template))
-    parts = [_picker(part, num_arrays) for part in template]
-    return lambda values: tuple([part(values) for part in parts])
-
-
-# Offsets of a replay's allocations in its blocks: CuPy's memory pool aligns each allocation
-# to 512 bytes, and the launchers chose vector loads (up to 16 bytes) for the recorded ones.
-ALIGNMENT = 256
-
-# A call's scratch of at most this many bytes shares the block of the arrays it returns: a
-# pool allocation and its free cost the host about a third of a bare kernel launch, and the
-# calls whose host time matters (their GPU work is short) have small scratch. The results of
-# such a call hold at most this much more memory.
-SCRATCH_WITH_RESULTS = 64 * 1024
-
-
-def _aligned(nbytes):
-    return -(-nbytes // ALIGNMENT) * ALIGNMENT
+        return self._pick([*arrays, *arena.arrays, None])
 
 
 # Records of fewer kernels launch them directly: a graph costs a launch of its own. Measured on
@@ -379,6 +266,6 @@ def _record(function, args, kwargs, records, key, arrays):
         return result
     try:
         records[key] = Replay(collected, arrays, result)
-    except _NotReplayable:
+    except NotReplayable:
         records[key] = None
     return result
