@@ -6,8 +6,8 @@ For each case of compare_trees.cases on a 384-row graph whose plan exists: host 
 call (the cost of issuing it: short batches of calls, each started with the GPU idle and
 timed until its last call returns) beside the host time of a bare launch timed batch by batch
 beside it (a machine's host speed drifts within a run), the host time per call where the
-caller holds each call's results for two calls (a replay then allocates its results anew,
-gpu/replay_results.py), time per call back to back (calls issued back to back,
+caller holds each call's results for eight calls (its replays then allocate their results
+anew: gpu/replay_results.py), time per call back to back (calls issued back to back,
 one sync at the end: the host's cost or the GPU's, whichever is larger), synced time per
 call (median of calls each followed by a sync), the number of kernel launches a call makes,
 and the same three times for one call captured in a CUDA graph and launched. Beside the float32
@@ -63,9 +63,9 @@ def synced_time(fn, calls=SYNCED):
     return statistics.median(times)
 
 
-def holding(fn, count=2):
-    """``fn`` whose results the caller holds for ``count`` calls (a training step keeps its
-    forward's results until the backward): a replay cannot take the memory of the last one."""
+def holding(fn, count=8):
+    """``fn`` whose results the caller holds for ``count`` calls, longer than a record's arenas
+    last (gpu/replay_results.py: KEPT_ARENAS): its replays allocate their results anew."""
     held = collections.deque(maxlen=count)
     return lambda: held.append(fn())
 

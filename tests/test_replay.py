@@ -76,7 +76,7 @@ def test_replays_take_the_memory_of_dropped_results_and_leave_held_ones(cupy, ca
         _assert_same(got, want, f"{case} call {call}")
         del got
         records = _replay_records(graph)
-        arenas.append(records[0]._arena if records else None)
+        arenas.append(records[0]._arenas[-1] if records and records[0]._arenas else None)
     assert arenas[2] is not None and arenas[3] is arenas[2], "the replay did not take the dropped results' memory"
     held = [public(graph, *args, **kwargs) for args, kwargs in calls[4:]]
     for call, (got, want) in enumerate(zip(held, wants[4:]), 4):

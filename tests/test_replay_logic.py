@@ -4,6 +4,7 @@ through the replay wrapper. The first call runs in full, the second is recorded,
 replay with their own arrays, out= and scalars; a recording belongs to its thread. The GPU
 suite (tests/test_replay.py) checks the same on every real op."""
 
+import collections
 import ctypes
 import threading
 import weakref
@@ -632,14 +633,14 @@ def test_a_replay_takes_the_memory_of_the_last_one_once_its_results_are_dropped(
     graph = FakeGraph()
     record = _recorded(public, graph)
     out = public(graph, _x(2))
-    arena, address = record._arena, out.data.ptr
+    (arena,), address = record._arenas, out.data.ptr
     del out
     inputs = [_x(seed) for seed in range(3, 6)]
     allocated = FakeArray.next_address[0]
     for x in inputs:
         out = public(graph, x)
         _check(out, x)
-        assert out.data.ptr == address and out is arena.arrays[0] and record._arena is arena
+        assert out.data.ptr == address and out is arena.arrays[0] and record._arenas == [arena]
         del out
     assert FakeArray.next_address[0] == allocated and len(FULL_CALLS) == 2
 
@@ -699,7 +700,7 @@ def test_a_call_captured_in_a_cuda_graph_takes_memory_of_its_own(public, monkeyp
     capturing = SimpleNamespace(ptr=7, is_capturing=lambda: True)
     monkeypatch.setattr(backend.cupy.cuda, "get_current_stream", lambda: capturing)
     captured = public(graph, _x(3)).data.ptr
-    assert captured != address and record._arena.addresses == [address]
+    assert captured != address and [a.addresses for a in record._arenas] == [[address]]
     monkeypatch.setattr(backend.cupy.cuda, "get_current_stream", FakeStream)
     x = _x(4)
     out = public(graph, x)
@@ -718,7 +719,7 @@ def test_a_replay_larger_than_held_bytes_keeps_no_memory(public, monkeypatch):
         _check(out, x)
         addresses.append(out.data.ptr)
         del out
-    assert len(set(addresses)) == 3 and record._arena is None
+    assert len(set(addresses)) == 3 and record._arenas == []
 
 
 def test_results_and_scratch_of_several_kernels_are_taken_again_together(public, monkeypatch):
@@ -747,3 +748,60 @@ def test_results_and_scratch_of_several_kernels_are_taken_again_together(public,
     held_values = held.values.copy()
     assert [r.data.ptr for r in call(5)] != first
     np.testing.assert_array_equal(held.values, held_values)
+
+
+def test_a_loop_holding_each_result_until_the_next_call_returns_allocates_nothing(public):
+    """``out = op(graph, x)`` in a loop holds the last result while the next call runs: the
+    record's two arenas take turns, and no replay after the first two allocates."""
+    graph = FakeGraph()
+    record = _recorded(public, graph)
+    inputs = [_x(seed) for seed in range(2, 9)]
+    out, addresses = None, []
+    for call, x in enumerate(inputs):
+        if call == 2:
+            allocated = FakeArray.next_address[0]
+        out = public(graph, x)
+        _check(out, x)
+        addresses.append(out.data.ptr)
+    assert FakeArray.next_address[0] == allocated and len(record._arenas) == 2
+    assert addresses[2:] == addresses[:2] * 2 + addresses[:1] and addresses[0] != addresses[1]
+
+
+def test_results_held_for_a_few_calls_leave_one_of_the_kept_arenas_free(public):
+    """A caller holding each result for KEPT_ARENAS - 1 later calls (layers of one shape whose
+    results wait for their backward): once the record keeps that many arenas, each replay
+    takes the least recently used one and none allocates; the held results keep their values."""
+    graph = FakeGraph()
+    record = _recorded(public, graph)
+    held = collections.deque(maxlen=replay_results.KEPT_ARENAS - 1)
+    inputs = [_x(seed) for seed in range(2, 14)]
+    for call, x in enumerate(inputs):
+        if call == replay_results.KEPT_ARENAS:
+            allocated = FakeArray.next_address[0]
+        held.append((public(graph, x), x))
+        for out, its_x in held:
+            _check(out, its_x)
+    assert FakeArray.next_address[0] == allocated and len(record._arenas) == replay_results.KEPT_ARENAS
+
+
+def test_a_caller_keeping_every_result_pauses_the_arenas(public):
+    """Results kept for good (a list): every replay takes new memory and leaves the kept ones
+    alone; once as many replays in a row as the record keeps arenas found them all held, the
+    next PAUSE_CALLS replays neither look at nor replace them."""
+    graph = FakeGraph()
+    record = _recorded(public, graph)
+    kept, addresses = [], set()
+    for seed in range(2, 2 + 2 * replay_results.KEPT_ARENAS):
+        x = _x(seed)
+        kept.append((public(graph, x), x))
+        addresses.add(kept[-1][0].data.ptr)
+    arenas = list(record._arenas)
+    assert record._paused == replay.PAUSE_CALLS and len(arenas) == replay_results.KEPT_ARENAS
+    for seed in range(20, 30):
+        x = _x(seed)
+        kept.append((public(graph, x), x))
+        addresses.add(kept[-1][0].data.ptr)
+    assert record._arenas == arenas and record._paused == replay.PAUSE_CALLS - 10
+    assert len(addresses) == len(kept)
+    for out, x in kept:
+        _check(out, x)

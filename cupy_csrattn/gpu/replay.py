@@ -148,22 +148,46 @@ class Replay:
         lone = self._layout.lone
         # one kernel whose one new array is the call's result: launched and returned directly
         self._single = len(self._launches) == 1 and lone is not None and self.result == Slot(NEW, 0, lone[0])
-        self._arena = None  # the memory of the last replay, for the next one (replay_results.Arena)
+        self._arenas = []  # the memory of the last replays, for the next ones (replay_results.Arena), oldest first
+        self._misses = 0  # replays in a row that found every kept arena held
+        self._paused = 0  # replays left that neither look at nor keep arenas
         self._slots_at = None  # the addresses the slots hold: [*the caller's arrays', *the allocations']
         self._graph_at = None  # the addresses the graph's nodes were last given
         self._lock = threading.Lock()  # the argument slots and the arena serve one call at a time
 
     def _memory(self, stream, capturing):
-        """The Arena serving a replay on ``stream``: the last one where it is free, else a new
-        one, kept for the next replay unless the stream is being captured (the captured
-        graph's launches would write it) or it is larger than HELD_BYTES."""
-        arena = self._arena
-        if arena is not None and not capturing and arena.free(stream):
-            return arena
-        arena = self._layout.allocate(stream)
-        if not capturing and self._layout.nbytes <= replay_results.HELD_BYTES:
+        """The Arena serving a replay on ``stream``: the least recently used kept one that is
+        free (the one a caller who holds results for a few calls has let go of first), else
+        a new one, kept in place of the least recently used unless the stream is being
+        captured (the captured graph's launches would write it) or the record keeps none
+        (Layout.kept: HELD_BYTES). Where the caller holds results longer than the kept
+        arenas last (a list of them), as many replays in a row finding none free pause the
+        looking and keeping for PAUSE_CALLS replays, which then cost what a new allocation does."""
+        arenas, layout = self._arenas, self._layout
+        if layout.num_allocations == 0:  # its results are the caller's arrays (out=), no scratch
+            return replay_results.NO_MEMORY
+        keep = layout.kept and not capturing
+        if keep and self._paused:
+            self._paused -= 1
+            keep = False
+        if keep:
+            for arena in arenas:
+                if arena.free(stream):
+                    if arena is not arenas[-1]:
+                        arenas.remove(arena)
+                        arenas.append(arena)
+                    self._misses = 0
+                    return arena
+            if len(arenas) == layout.kept:
+                self._misses += 1
+                if self._misses == layout.kept:
+                    self._misses, self._paused = 0, PAUSE_CALLS
+        arena = layout.allocate(stream)
+        if keep:
             arena.watch()
-            self._arena = arena
+            if len(arenas) == layout.kept:
+                del arenas[0]
+            arenas.append(arena)
         return arena
 
     def __call__(self, arrays, addresses):
@@ -198,6 +222,11 @@ class Replay:
                 launch_kernel(*head, stream_ptr, params, 0)
         return self._pick([*arrays, *arena.arrays, None])
 
+
+# Replays that neither look at nor keep arenas once as many in a row as a record keeps found
+# all of them held: a caller keeping every result pays a free check per kept arena per call
+# only once every this many calls.
+PAUSE_CALLS = 64
 
 # Records of fewer kernels launch them directly: a graph costs a launch of its own. Measured on
 # the 384-row graph when direct launches went through CuPy's Function (a little dearer than

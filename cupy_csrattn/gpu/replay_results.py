@@ -5,10 +5,10 @@ recorded allocation goes (``Layout``), the memory a record keeps for its next re
 A replayed call needs the memory the recorded call allocated: the arrays it returns and its
 scratch. Allocating them and making an array header per result costs the host about as much
 as the kernel launch itself, per call. So a record keeps the memory and the result arrays of
-its last replay (an Arena, up to HELD_BYTES), and its next replay on the same stream takes
-them again where nothing outside the arena refers to them any more: no array, view, memory
-pointer or weak reference the caller kept, shapes as made (``Arena.free``, reference counts
-against those of the arena alone). This is what CuPy's memory pool would do with the freed
+its last replays (Arenas: up to KEPT_ARENAS of them and HELD_BYTES in all), and a replay on
+the same stream takes one again where nothing outside it refers to it any more: no array, view,
+memory pointer or weak reference the caller kept, shapes as made (``Arena.free``, reference
+counts against those of the arena alone). This is what CuPy's memory pool would do with the freed
 blocks, a block going back to the stream that freed it, without the allocation and the
 headers. Where the caller still holds a result (or the stream differs, or is being
 captured), the replay allocates anew and the record keeps the new memory instead.
@@ -33,10 +33,14 @@ ALIGNMENT = 256
 # such a call hold at most this much more memory.
 SCRATCH_WITH_RESULTS = 64 * 1024
 
-# A record keeps the memory of its last replay (results and scratch) for the next one up to
-# this many bytes: the host's saving (an allocation and a header per result, about half a
-# bare launch each) matters where the kernels' work is short, and such calls move little.
-HELD_BYTES = 4 << 20
+# A record keeps the memory of its last replays (results and scratch) for the next ones: up to
+# KEPT_ARENAS of them and HELD_BYTES in all. The host's saving (an allocation and a header
+# per result, about half a bare launch each) matters where the kernels' work is short, and
+# such calls move little. Arenas serve callers that hold results for up to KEPT_ARENAS - 1
+# later calls: ``out = op(graph, out)`` in a loop (the last result is held while the next
+# call runs), a forward's results kept for its backward, layers of one shape.
+HELD_BYTES = 8 << 20
+KEPT_ARENAS = 4
 
 
 class NotReplayable(Exception):
@@ -113,65 +117,67 @@ class Layout:
             _, _, shape, dtype = self.blocks[0][1][0]
             self.lone = shape, dtype
         self.nbytes = sum(size for size, _ in self.blocks)
+        self.kept = min(KEPT_ARENAS, HELD_BYTES // max(self.nbytes, 1))  # arenas a record keeps
+        # the shapes of the returned arrays, in the order allocate makes them
+        self.shapes = [shape for _, members in self.blocks for _, _, shape, _ in members if shape is not None]
 
     def allocate(self, stream):
         """A new Arena of this layout on ``stream`` (a stream's address)."""
         cupy = backend.cupy
         if self.lone is not None:
             array = cupy.ndarray(*self.lone)
-            return Arena(stream, [], [array.data.ptr], [array])
+            pointer = array.data
+            return Arena(stream, [pointer.ptr], [array], (array,), (array, pointer, pointer.mem), self.shapes)
         ndarray, alloc = cupy.ndarray, cupy.cuda.alloc
-        memory, addresses, arrays = [], [0] * self.num_allocations, [None] * self.num_allocations
+        addresses, arrays, headers, watched = [0] * self.num_allocations, [None] * self.num_allocations, [], []
         for size, members in self.blocks:
             block = alloc(size)
-            memory.append(block)
+            watched += (block, block.mem)
             start = block.ptr
             for index, offset, shape, dtype in members:
                 addresses[index] = start + offset
                 if shape is not None:
-                    arrays[index] = ndarray(shape, dtype, block + offset if offset else block)
-        return Arena(stream, memory, addresses, arrays)
+                    pointer = block + offset if offset else block
+                    arrays[index] = array = ndarray(shape, dtype, pointer)
+                    headers.append(array)
+                    if offset:
+                        watched.append(pointer)
+        headers = tuple(headers)
+        return Arena(stream, addresses, arrays, headers, headers + tuple(watched), self.shapes)
 
 
 _SHAPE = operator.attrgetter("shape")
 
 
-def _watched(headers, memory):
-    """The arrays ``headers``, their memory pointers, the blocks ``memory`` and the memory
-    objects behind the pointers (CuPy's ``mem``), each once."""
-    pointers = [array.data for array in headers] + list(memory)
-    owners = [getattr(pointer, "mem", None) for pointer in pointers]
-    unique = {id(item): item for item in (*headers, *pointers, *owners) if item is not None}
-    return tuple(unique.values())
-
-
 class Arena:
-    """The memory of one replay: ``memory`` (the blocks, held while the arena is),
-    ``addresses`` and ``arrays`` (the address of each allocation and the array of each
-    returned one, None for scratch, by allocation index) and the ``stream`` it was used on."""
+    """The memory of one replay: ``addresses`` and ``arrays`` (the address of each allocation
+    and the array of each returned one, None for scratch, by allocation index), the
+    ``stream`` it was used on, and the objects holding its memory (the arrays, their memory
+    pointers, the blocks and CuPy's memory objects behind them), whose reference counts tell
+    whether anything outside the arena still refers to it."""
 
-    __slots__ = ("stream", "memory", "addresses", "arrays", "_headers", "_shapes", "_watched", "_counts")
+    __slots__ = ("stream", "addresses", "arrays", "_headers", "_watched", "_shapes", "_counts", "_first")
 
-    def __init__(self, stream, memory, addresses, arrays):
-        self.stream, self.memory, self.addresses, self.arrays = stream, memory, addresses, arrays
-        self._watched = None
+    def __init__(self, stream, addresses, arrays, headers, watched, shapes):
+        self.stream, self.addresses, self.arrays = stream, addresses, arrays
+        self._headers, self._watched, self._shapes = headers, watched, shapes
+        self._counts = self._first = None
 
     def watch(self):
-        """Note the reference counts of the arena's arrays, their memory pointers and the
-        memory behind them, with nothing but the arena referring to them (the caller holds
-        none of them): ``free`` compares with these."""
-        self._headers = tuple(array for array in self.arrays if array is not None)
-        self._shapes = list(map(_SHAPE, self._headers))
-        self._watched = _watched(self._headers, self.memory)  # built apart: no local refers to them here
+        """Note the reference counts of the arena's objects, called where nothing but the
+        arena refers to them (no caller's variable): ``free`` compares with these."""
         self._counts = list(map(sys.getrefcount, self._watched))
+        self._first = sys.getrefcount(self._watched[0])
 
     def free(self, stream):
         """True where the arena may serve a replay on ``stream``: it was watched, last used on
         that stream, and nothing outside it refers to its arrays or memory (their reference
-        counts are those ``watch`` noted, no weak reference, shapes unchanged)."""
+        counts are those ``watch`` noted, no weak reference, shapes unchanged). The first
+        object (a result, where there is one) is looked at first: it is the one a caller
+        holds."""
         return (
             stream == self.stream
-            and self._watched is not None
+            and sys.getrefcount(self._watched[0]) == self._first
             and list(map(sys.getrefcount, self._watched)) == self._counts
             and not any(map(weakref.getweakrefcount, self._headers))
             and list(map(_SHAPE, self._headers)) == self._shapes
@@ -194,3 +200,6 @@ def picker(result_template, num_arrays):
         return operator.itemgetter(*map(position, result_template))
     parts = [picker(part, num_arrays) for part in result_template]
     return lambda values: tuple([part(values) for part in parts])
+
+
+NO_MEMORY = Arena(None, [], [], (), (), [])  # what a replay that allocates nothing takes
