@@ -2,8 +2,9 @@
 
 Run on a machine with a GPU, from the repository root:
     PYTHONPATH=. python3 benchmarks/call_overhead.py [results.json] [--profile]
-For each case of compare_trees.cases on a 384-row graph whose plan exists: host time per
-call (the cost of issuing it: short batches of calls, each started with the GPU idle and
+For each case of compare_trees.cases on a 384-row graph whose plan exists, the case's op
+called with its arguments bound (``op_call``: the case's own lookups are not the op's): host
+time per call (the cost of issuing it: short batches of calls, each started with the GPU idle and
 timed until its last call returns) beside the host time of a bare launch timed batch by batch
 beside it (a machine's host speed drifts within a run), the host time per call where the
 caller holds each call's results for eight calls (its replays then allocate their results
@@ -28,7 +29,7 @@ from functools import partial
 
 import cupy
 import numpy as np
-from compare_trees import cases
+from compare_trees import _backward, _call, _forward, cases
 
 import cupy_csrattn
 import cupy_csrattn.datasets
@@ -61,6 +62,23 @@ def synced_time(fn, calls=SYNCED):
         device.synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def op_call(case_call):
+    """The op call that compare_trees' ``case_call`` makes, as a partial of the public op and
+    its arguments: the case's own Python (looking the op up, keeping a forward's results) is
+    not the op's cost. A backward takes the results its forward's case kept."""
+    function, args = case_call.func, case_call.args  # partial flattens the case's partial into this one
+    package, graph = case_call.keywords["package"], case_call.keywords["graph"]
+    if function is _call:
+        op, *arrays = args
+        return partial(getattr(package, op), graph, *arrays)
+    saved, op, *inputs_and_grad = args
+    if function is _forward:
+        return partial(getattr(package, op), graph, *inputs_and_grad[:-1], return_lse=True)
+    assert function is _backward, function
+    out, lse = saved[op, id(package)]
+    return partial(getattr(package, op + "_backward"), graph, *inputs_and_grad[:-1], out, inputs_and_grad[-1], lse)
 
 
 def holding(fn, count=8):
@@ -135,8 +153,9 @@ def main(out_path=None, profile=False):
     )
     simple = SimpleKernels(g)
     for name, make in cases(np.random.default_rng(0), graph.num_edges, graph.num_dst, graph.num_src):
-        call = partial(make(), package=cupy_csrattn, graph=graph)
-        call()  # plan, transpose, compilation
+        case_call = partial(make(), package=cupy_csrattn, graph=graph)
+        case_call()  # plan, transpose, compilation; a forward keeps its results for its backward case
+        call = op_call(case_call)
         baseline = simple_call(simple, name, graph.num_edges, graph.num_src)
         # The bare launch again (and the simple kernel's call), their batches taking turns with
         # the case's: a machine's host speed drifts within a run.

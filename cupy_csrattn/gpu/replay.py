@@ -143,6 +143,7 @@ class Replay:
             graph_launches.append((function, grid, block, argument_slots, stage))
         self.result = replay_results.template(result, arrays, collected.allocations)
         self._pick = replay_results.picker(self.result, len(arrays))
+        self._pick_new = replay_results.new_picker(self.result)  # results all new arrays: from the arena's alone
         self._layout = replay_results.Layout(self.result, collected.allocations)
         self._graph = _kernel_graph(graph_launches)
         lone = self._layout.lone
@@ -211,16 +212,19 @@ class Replay:
                 head, params, _ = self._launches[0]
                 _driver_api.launchKernel(*head, stream_ptr, params, 0)
                 return arena.arrays[0]
-            graph = self._graph
+            graph, launched = self._graph, False
             if graph is not None and not capturing:
-                if graph.launch(stream_ptr, where != self._graph_at):
+                launched = graph.launch(stream_ptr, where != self._graph_at)
+                if launched:
                     self._graph_at = where
-                    return self._pick([*arrays, *arena.arrays, None])
-                self._graph = None  # refused by the driver: kernel by kernel from now on
-            launch_kernel = _driver_api.launchKernel
-            for head, params, _ in self._launches:
-                launch_kernel(*head, stream_ptr, params, 0)
-        return self._pick([*arrays, *arena.arrays, None])
+                else:
+                    self._graph = None  # refused by the driver: kernel by kernel from now on
+            if not launched:
+                launch_kernel = _driver_api.launchKernel
+                for head, params, _ in self._launches:
+                    launch_kernel(*head, stream_ptr, params, 0)
+        pick_new = self._pick_new
+        return pick_new(arena.arrays) if pick_new is not None else self._pick([*arrays, *arena.arrays, None])
 
 
 # Replays that neither look at nor keep arenas once as many in a row as a record keeps found

@@ -202,4 +202,13 @@ def picker(result_template, num_arrays):
     return lambda values: tuple([part(values) for part in parts])
 
 
+def new_picker(result_template):
+    """fn(an arena's arrays) -> the call's results, where ``result_template`` is a flat tuple
+    of two or more new arrays (the fused ops' commonest results); else None."""
+    if isinstance(result_template, tuple) and len(result_template) > 1:
+        if all(isinstance(part, Slot) and part.source == NEW for part in result_template):
+            return operator.itemgetter(*(part.index for part in result_template))
+    return None
+
+
 NO_MEMORY = Arena(None, [], [], (), (), [])  # what a replay that allocates nothing takes
