@@ -10,8 +10,10 @@ the same stream takes one again where nothing outside it refers to it any more: 
 memory pointer or weak reference the caller kept, shapes as made (``Arena.free``, reference
 counts against those of the arena alone). This is what CuPy's memory pool would do with the freed
 blocks, a block going back to the stream that freed it, without the allocation and the
-headers. Where the caller still holds a result (or the stream differs, or is being
-captured), the replay allocates anew and the record keeps the new memory instead.
+headers. Where the caller still holds a result of every kept arena, or the stream differs,
+the replay allocates anew and the record keeps the new memory in place of its least recently
+used arena; a replay on a stream being captured allocates anew and keeps nothing (the
+captured graph writes that memory at each of its launches).
 """
 
 import operator
