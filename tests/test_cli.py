@@ -2,6 +2,7 @@
 it shares with benchmarks/bench_gpu.py."""
 
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -1219,6 +1220,38 @@ def test_compare_trees_cases_run_each_op_and_draw_only_what_runs(monkeypatch):
     # each input drawn once: edge_softmax, its backwards, aggregate/spmm, their backward (float32
     # and float16), sddmm, fused
     assert len(draws) == 4 + 3 * 2 + 3 * 2 + 3 + 3 + 2 + 6 * 7
+
+
+def test_call_overhead_times_the_call_each_case_makes(monkeypatch):
+    """call_overhead's op_call binds, from each case of compare_trees, the op the case calls
+    and the very arguments it passes (a backward, the results its forward's case kept), so
+    that what it times is that call alone."""
+    pytest.importorskip("cupy")
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    overhead = load_benchmark("call_overhead")
+    compare = sys.modules["compare_trees"]  # the module whose case functions op_call knows
+    monkeypatch.setattr(compare, "cupy", type("HostArrays", (), {"asarray": staticmethod(np.asarray)}))
+    graph = datasets.uniform_graph(40, 5, seed=1)
+    calls = []
+
+    class Recording:
+        def __getattr__(self, op):
+            def call(*args, **kwargs):
+                calls.append((op, args, kwargs))
+                return object(), object()  # a forward's out and lse
+
+            return call
+
+    package = Recording()
+    rng = np.random.default_rng(0)
+    for name, make in compare.cases(rng, graph.num_edges, graph.num_dst, graph.num_src):
+        case_call = functools.partial(make(), package=package, graph=graph)
+        case_call()
+        made = calls[-1]
+        overhead.op_call(case_call)()
+        op, args, kwargs = calls[-1]
+        assert op == made[0] and kwargs == made[2], name
+        assert len(args) == len(made[1]) and all(a is b for a, b in zip(args, made[1])), name
 
 
 def test_compare_trees_takes_more_trees_by_name():
