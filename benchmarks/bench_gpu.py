@@ -49,6 +49,9 @@ def print_record(entry):
     from cupy_csrattn import bench
 
     floor = bench.floor_text(entry)
+    if "csrattn_ms_in_turns" in entry:
+        ours = entry["csrattn_ms_in_turns"]
+        floor = f"csrattn {ours:.4f} ms in turns with it ({entry['ms'] / ours:.2f}x)"
     print(
         f"{entry['graph']:>14} {entry['op']:<30} {entry['dtype']:>7} H={entry['H']:<2} F={entry['F']:<3} "
         f"{entry['method']:<12} {entry['ms']:9.4f} ms  {entry['roofline_fraction'] * 100:6.1f}% of roofline"

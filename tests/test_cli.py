@@ -1128,6 +1128,73 @@ def test_format_table_and_json(tmp_path):
     assert json.loads(path.read_text())["records"][1]["ms"] == 3.0
 
 
+def test_format_table_takes_a_ratio_timed_in_turns_from_its_record():
+    """A simple baseline timed in turns with the library's op on a small graph carries the
+    library's time of those turns: the table's ratio is of the two, marked *."""
+    key = dict(graph="g", op="edge_softmax", dtype="float32", H=8, F=0, roofline_fraction=0.5)
+    records = [
+        dict(key, method="csrattn", ms=0.030),
+        dict(key, method="simple", ms=0.024, csrattn_ms_in_turns=0.020),
+        dict(key, method="cupy", ms=0.300),
+    ]
+    rows = bm.format_table(records).splitlines()
+    assert "1.20x*" in next(r for r in rows if " simple " in r)
+    assert "10.00x" in next(r for r in rows if " cupy " in r)
+
+
+class _TurnsDevice:
+    """A GPU device stand-in for GraphBench.simple_baseline: it records what it times."""
+
+    kind = "gpu"
+
+    def __init__(self):
+        self.turns, self.alone = [], 0
+
+    def time_in_turns(self, fns):
+        for fn in fns:
+            fn()
+        self.turns.append(len(fns))
+        return [0.002, 0.001]
+
+    def time(self, fn):
+        fn()
+        self.alone += 1
+        return 0.004
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_simple_baseline_takes_turns_with_the_library_on_small_graphs(small):
+    """On a small graph the simple kernel and the case's own op are timed call by call in
+    turns, the op's time kept in the simple record; elsewhere the simple kernel alone."""
+    graph = ca.CSRGraph(np.array([0, 1, 3], np.int32), np.array([0, 0, 1], np.int32), 2)
+    bench = bm.GraphBench("g", graph, bm.CpuDevice(repeat=1), 1e9)
+    bench.small = small
+    device = bench.device = _TurnsDevice()
+    calls = []
+
+    class Kernels:
+        max_degree = 2
+
+        def softmax(self, s):
+            calls.append(("simple", s))
+            return s
+
+    bench._simple = Kernels()
+    case = bm.Case("edge_softmax", "float32", 8, 0, baselines=True)
+    bench.library(case, lambda s: calls.append(("ours", s)), ["a", "b"], 64)
+    calls.clear()
+    bench.simple_baseline(case, lambda kernels, s: kernels.softmax(s), ["a", "b"], 64)
+    simple = bench.records[-1]
+    assert simple["method"] == "simple"
+    fits = ("simple", "a")  # the call that tells whether the kernel runs at all
+    if small:
+        assert device.turns == [2] and calls == [fits, ("simple", "a"), ("ours", "a")]
+        assert simple["ms"] == 0.002 and simple["csrattn_ms_in_turns"] == 0.001
+    else:
+        assert device.turns == [] and calls == [fits, ("simple", "a")]
+        assert simple["ms"] == 0.004 and "csrattn_ms_in_turns" not in simple
+
+
 def test_write_json_replaces_the_file_whole_or_not_at_all(tmp_path, monkeypatch):
     """A write stopped before its end leaves the earlier file whole and no temporary file; a
     directory in the file's place is an error, with nothing left behind either."""

@@ -2,7 +2,8 @@
 
 A device has ``kind`` ("gpu" or "cpu"), ``name``, ``xp`` (its array module), ``repeat``,
 and ``time(fn)``, ``time_host_call(fn)``, ``copy_bandwidth()``, ``random_state(seed)``,
-``standard_normal(rs, shape)``, ``free()``, ``peak_extra_bytes(fn)`` and ``versions()``.
+``standard_normal(rs, shape)``, ``free()``, ``peak_extra_bytes(fn)`` and ``versions()``; a
+GpuDevice also ``time_in_turns(fns)`` (the simple kernels' baselines run on the GPU only).
 """
 
 import platform
@@ -47,6 +48,9 @@ class GpuDevice:
 
     def time(self, fn):
         return timing.time_gpu(fn, repeat=self.repeat)
+
+    def time_in_turns(self, fns):
+        return timing.time_gpu_in_turns(fns, repeat=self.repeat)
 
     @staticmethod
     def time_host_call(fn):

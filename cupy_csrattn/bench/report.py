@@ -40,7 +40,9 @@ def format_table(records, skipped=()):
         same = key == previous
         previous = key
         ratio = ""
-        if r["method"] != "csrattn" and key in library_ms and library_ms[key] > 0:
+        if r.get("csrattn_ms_in_turns", 0) > 0:
+            ratio = f"{r['ms'] / r['csrattn_ms_in_turns']:.2f}x*"
+        elif r["method"] != "csrattn" and key in library_ms and library_ms[key] > 0:
             ratio = f"{r['ms'] / library_ms[key]:.2f}x"
         label = ("", "", "", "", "") if same else (r["graph"], r["op"], r["dtype"], r["H"], r["F"] or "-")
         lines.append(
@@ -53,7 +55,8 @@ def format_table(records, skipped=()):
             f"{s['method']:<14} skipped: {s['reason']}"
         )
     lines.append(
-        "vs csrattn: the baseline's time over the library's (above 1: the library is faster); "
+        "vs csrattn: the baseline's time over the library's (above 1: the library is faster; "
+        "*: the two timed in turns, call by call); "
         "roofline: the time of the byte count at the measured copy bandwidth, over the time; "
         "gather floor: the same for the no-reuse gather bytes, and for forward + backward cases "
         "the backward alone (their time less the forward case's)"

@@ -8,6 +8,7 @@ also its gather floor at the same bandwidth, and a fused backward case's its bac
 time (see :mod:`cupy_csrattn.bench.fused`).
 """
 
+import functools
 import gc
 import math
 from dataclasses import dataclass
@@ -149,6 +150,7 @@ class GraphBench:
         self.sets = 8 if self.small else 1
         ca.edge_softmax(self.graph, self.xp.zeros((E, 1), np.float32))  # builds and caches the plan
         self._simple = None
+        self._library_call = None  # (fn_of_set, data_sets) of the case's own op, for the simple baseline
 
     def simple(self):
         """The simple kernels on this bench's GPU graph (built on first use)."""
@@ -159,6 +161,7 @@ class GraphBench:
     def run(self, case):
         """Time one case (its records go to ``self.records``, skips to ``self.skipped``)."""
         nbytes = OPS[case.op].bytes(self.graph, np.dtype(case.dtype), case.H, case.F)
+        self._library_call = None
         # The case's arrays (each input set) must fit the device before any is drawn: an
         # allocation past the host's memory may succeed and the process be killed as it is
         # written. A case that cannot fit is skipped, its reason recorded; the others run.
@@ -224,15 +227,20 @@ class GraphBench:
             )
         )
 
-    def timed(self, fn_of_set, data_sets):
-        """Milliseconds of ``fn_of_set`` on the data sets in turn."""
+    @staticmethod
+    def _rotating(fn_of_set, data_sets):
+        """A function of no argument calling ``fn_of_set`` on the data sets in turn."""
         counter = [0]
 
         def call():
             fn_of_set(data_sets[counter[0] % len(data_sets)])
             counter[0] += 1
 
-        return self.device.time(call)
+        return call
+
+    def timed(self, fn_of_set, data_sets):
+        """Milliseconds of ``fn_of_set`` on the data sets in turn."""
+        return self.device.time(self._rotating(fn_of_set, data_sets))
 
     def extras(self, fn_of_set, data_sets):
         """{"us_per_call_host": ...} on the GPU for graphs small enough for launch overhead to show."""
@@ -248,6 +256,7 @@ class GraphBench:
     def library(self, case, fn_of_set, data_sets, nbytes, host_call=False, memory=False):
         """Time and record the library's op (method "csrattn")."""
         ms = self.timed(fn_of_set, data_sets)
+        self._library_call = fn_of_set, data_sets
         extra = self.extras(fn_of_set, data_sets) if host_call else {}
         if memory:
             extra.update(self.memory(fn_of_set, data_sets))
@@ -255,7 +264,10 @@ class GraphBench:
 
     def simple_baseline(self, case, fn_of_set, data_sets, nbytes):
         """Time a simple kernel (``fn_of_set(kernels, data)`` calls a SimpleKernels method) as the
-        baseline "simple", where it applies: float32 on the GPU."""
+        baseline "simple", where it applies: float32 on the GPU. On a small graph (a synced
+        call mostly host time, which drifts within a run) it takes turns, call by call, with
+        the case's own op (timed before it by ``library``), whose time in those turns the
+        record keeps as ``csrattn_ms_in_turns``: the ratio of the two holds."""
         if self.device.kind != "gpu" or np.dtype(case.dtype) != np.float32:
             return
         try:
@@ -267,7 +279,13 @@ class GraphBench:
         if not fits:
             self.skip(case, "simple", f"the largest row ({kernels.max_degree} edges) does not fit in shared memory")
             return
-        self.baseline(case, "simple", lambda x: fn_of_set(kernels, x), data_sets, nbytes)
+        simple = functools.partial(fn_of_set, kernels)
+        if not self.small or self._library_call is None:
+            self.baseline(case, "simple", simple, data_sets, nbytes)
+            return
+        ours, our_sets = self._library_call
+        ms, ours_ms = self.device.time_in_turns([self._rotating(simple, data_sets), self._rotating(ours, our_sets)])
+        self.record(case, "simple", ms, nbytes, {"csrattn_ms_in_turns": ours_ms})
 
     def baseline(self, case, method, fn_of_set, data_sets, nbytes, memory=False):
         """Time and record a baseline; one that fails is recorded as skipped, with the reason."""

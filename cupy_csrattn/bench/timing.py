@@ -26,18 +26,30 @@ def time_gpu(fn, repeat=20, warmup=3):
     -------
     float
     """
-    for _ in range(warmup):
-        fn()
+    return time_gpu_in_turns([fn], repeat, warmup)[0]
+
+
+def time_gpu_in_turns(fns, repeat=20, warmup=3):
+    """time_gpu of each of ``fns``, their calls taking turns (one call of each, then again).
+
+    A synced call on a small graph is mostly host time, and a machine's host speed drifts
+    within a run: calls timed in turns see the same drift, so their ratio holds where
+    functions timed one after the other would not.
+    """
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
     cupy.cuda.Device().synchronize()
-    times = []
+    times = [[] for _ in fns]
     for _ in range(repeat):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
+        for fn, samples in zip(fns, times):
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            samples.append(cupy.cuda.get_elapsed_time(start, stop))
+    return [statistics.median(samples) for samples in times]
 
 
 def time_host_call(fn, calls=32, batches=40):
