@@ -4,14 +4,16 @@ Run on a machine with a GPU, from the repository root:
     PYTHONPATH=. python3 benchmarks/call_overhead.py [results.json] [--profile]
 For each case of compare_trees.cases on a 384-row graph whose plan exists, the case's op
 called with its arguments bound (``op_call``: the case's own lookups are not the op's): host
-time per call (the cost of issuing it: short batches of calls, each started with the GPU idle and
-timed until its last call returns) beside the host time of a bare launch timed batch by batch
-beside it (a machine's host speed drifts within a run), time per call back to back (calls issued back to back,
-one sync at the end: the host's cost or the GPU's, whichever is larger), synced time per
-call (median of calls each followed by a sync), the number of kernel launches a call makes,
-the same three times for one call captured in a CUDA graph and launched, and last (such calls
-leave the record's arenas paused for its next calls) the host time per call where the caller
-holds each call's results for eight calls, its replays then allocating their results anew
+time per call (the cost of issuing it: short batches of calls, each started with the GPU idle
+and timed until its last call returns) beside the host time of a bare launch timed batch by
+batch beside it (a machine's host speed drifts within a run) and, for the ops taking out=,
+of the call writing its first result into an array it is given (``out_call``); time per call
+back to back (calls issued back to back, one sync at the end: the host's cost or the GPU's,
+whichever is larger), synced time per call (median of calls each followed by a sync), the
+number of kernel launches a call makes, the same three times for one call captured in a CUDA
+graph and launched, and last (such calls leave the record's arenas paused for its next
+calls) the host time per call where the caller holds each call's results for eight calls,
+its replays then allocating their results anew
 (gpu/replay_results.py), beside a bare launch timed in turns with it. Beside the float32
 edge_softmax, attention_aggregate and spmm cases, the host time of the simplest kernels' call
 (cupy_csrattn.bench.simple_kernels: an output allocated, a RawKernel launched with its
@@ -21,6 +23,7 @@ goes (cProfile, top functions by own time).
 
 import collections
 import cProfile
+import inspect
 import json
 import pstats
 import statistics
@@ -80,6 +83,18 @@ def op_call(case_call):
     assert function is _backward, function
     out, lse = saved[op, id(package)]
     return partial(getattr(package, op + "_backward"), graph, *inputs_and_grad[:-1], out, inputs_and_grad[-1], lse)
+
+
+def out_call(call, empty_like=None):
+    """``call`` (an op_call) writing its first result into an array it is given as out=, where
+    its op takes one (a keyword-only ``out``): the path of a caller reusing its buffers. None
+    for the other ops."""
+    parameter = inspect.signature(call.func).parameters.get("out")
+    if parameter is None or parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+        return None
+    result = call()
+    first = result[0] if isinstance(result, tuple) else result
+    return partial(call, out=(empty_like or cupy.empty_like)(first))
 
 
 def holding(fn, count=8):
@@ -158,11 +173,13 @@ def main(out_path=None, profile=False):
         case_call()  # plan, transpose, compilation; a forward keeps its results for its backward case
         call = op_call(case_call)
         baseline = simple_call(simple, name, graph.num_edges, graph.num_src)
-        # The bare launch again (and the simple kernel's call), their batches taking turns with
-        # the case's: a machine's host speed drifts within a run.
-        timed = [bare, call] + ([] if baseline is None else [baseline])
-        case_bare, host, *simple_host = (us * 1e-6 for us in timing.time_host_calls(timed))
-        simple_host = simple_host[0] if simple_host else None
+        given_out = out_call(call)
+        # The bare launch again (the call with out=, the simple kernel's call), their batches
+        # taking turns with the case's: a machine's host speed drifts within a run.
+        timed = [bare, call] + [fn for fn in (given_out, baseline) if fn is not None]
+        case_bare, host, *others = (us * 1e-6 for us in timing.time_host_calls(timed))
+        out_host = others.pop(0) if given_out is not None else None
+        simple_host = others[0] if baseline is not None else None
         back, synced, count = back_to_back_time(call), synced_time(call), launches_per_call(call)
         graph_launch = captured(call)
         graph_host, graph_back, graph_synced = (
@@ -176,6 +193,7 @@ def main(out_path=None, profile=False):
             dict(
                 case=name,
                 host_us=host * 1e6,
+                host_out_us=None if out_host is None else out_host * 1e6,
                 host_results_held_us=held_host * 1e6,
                 bare_host_beside_held_us=held_bare * 1e6,
                 bare_host_us=case_bare * 1e6,
@@ -189,9 +207,11 @@ def main(out_path=None, profile=False):
             )
         )
         beside_simple = "" if simple_host is None else f"  simple kernel's call: host {simple_host * 1e6:6.2f} us"
+        with_out = "" if out_host is None else f"; out= {out_host * 1e6:6.2f} us, {out_host / case_bare:4.2f}x"
         print(
             f"{name:<42} host {host * 1e6:6.2f} us ({host / case_bare:4.2f}x the bare launch timed beside it,"
-            f" {case_bare * 1e6:5.2f} us; results held {held_host * 1e6:6.2f} us, {held_host / held_bare:4.2f}x)"
+            f" {case_bare * 1e6:5.2f} us{with_out};"
+            f" results held {held_host * 1e6:6.2f} us, {held_host / held_bare:4.2f}x)"
             f"  back to back {back * 1e6:6.2f} us"
             f"  synced {synced * 1e6:6.2f} us  launches {count}  CUDA graph: host {graph_host * 1e6:6.2f} us,"
             f" back to back {graph_back * 1e6:6.2f} us, synced {graph_synced * 1e6:6.2f} us{beside_simple}",

@@ -130,7 +130,7 @@ def uses_gpu(graph_device, arrays):
     return graph_device == "gpu" or any(is_cupy_array(a) for a in arrays)
 
 
-def _byte_bounds(x):
+def byte_bounds(x):
     """[first, last) bytes of a non-empty CuPy array x."""
     first = last = x.data.ptr
     for n, stride in zip(x.shape, x.strides):
@@ -150,8 +150,8 @@ def may_share_memory(a, b):
         return np.may_share_memory(a, b)
     if a.size == 0 or b.size == 0:
         return False
-    a_first, a_last = _byte_bounds(a)
-    b_first, b_last = _byte_bounds(b)
+    a_first, a_last = byte_bounds(a)
+    b_first, b_last = byte_bounds(b)
     return a_first < b_last and b_first < a_last
 
 

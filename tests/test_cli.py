@@ -1321,6 +1321,30 @@ def test_call_overhead_times_the_call_each_case_makes(monkeypatch):
         assert len(args) == len(made[1]) and all(a is b for a, b in zip(args, made[1])), name
 
 
+def test_call_overhead_gives_out_to_the_ops_that_take_it(monkeypatch):
+    """out_call binds out= an array of the call's first result for the ops whose keyword-only
+    out is an output (a fused forward's lse still comes back new), and None for the others
+    (a fused backward's out is its forward's output)."""
+    pytest.importorskip("cupy")
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    overhead = load_benchmark("call_overhead")
+    graph = datasets.uniform_graph(40, 5, seed=1)
+    rng = np.random.default_rng(0)
+    E, N = graph.num_edges, graph.num_dst
+    scores = rng.standard_normal((E, 2)).astype(np.float32)
+    v = rng.standard_normal((N, 2, 4)).astype(np.float32)
+    call = functools.partial(ca.edge_softmax, graph, scores)
+    given = overhead.out_call(call, np.empty_like)
+    out = given.keywords["out"]
+    assert given() is out and np.array_equal(out, call())
+    fused = functools.partial(ca.graph_attention, graph, v, v, v, return_lse=True)
+    out, lse = overhead.out_call(fused, np.empty_like)()
+    np.testing.assert_array_equal(out, fused()[0])
+    backward = functools.partial(ca.graph_attention_backward, graph, v, v, v, out, v, lse)
+    assert overhead.out_call(backward, np.empty_like) is None
+    assert overhead.out_call(functools.partial(ca.spmm_backward, graph, scores, v, v), np.empty_like) is None
+
+
 def test_compare_trees_takes_more_trees_by_name():
     pytest.importorskip("cupy")
     compare = load_benchmark("compare_trees")

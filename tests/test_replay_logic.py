@@ -232,11 +232,31 @@ def test_an_out_overlapping_an_input_is_neither_recorded_nor_replayed(public):
     for seed in range(3):
         public(graph, _x(seed), out=FakeArray((6,), np.float32))
     assert len(FULL_CALLS) == 2  # the third replayed
-    block = FakeArray((12,), np.float32)
-    block.values[:] = np.arange(12)
+    block = FakeArray((16,), np.float32)
+    block.values[:] = np.arange(16)
     x, out = FakeArray((6,), np.float32, memptr=block.data), FakeArray((6,), np.float32, memptr=block.data + 16)
     for _ in range(3):
         public(graph, x, out=out)
+    assert len(FULL_CALLS) == 5
+    x, out = FakeArray((6,), np.float32, memptr=block.data + 16), FakeArray((6,), np.float32, memptr=block.data)
+    public(graph, x, out=out)  # out's last two elements are x's first
+    assert len(FULL_CALLS) == 6
+    x, out = FakeArray((6,), np.float32, memptr=block.data + 32), FakeArray((6,), np.float32, memptr=block.data)
+    public(graph, x, out=out)  # apart in one block: replayed
+    assert len(FULL_CALLS) == 6
+    np.testing.assert_array_equal(out.values, np.float32(2.0) * x.values + TABLE.values)
+
+
+def test_an_out_overlapping_an_input_first_is_not_counted_toward_a_record(public):
+    """Calls whose out= overlaps x from the first take the full path and leave no record: the
+    first two calls with separate arrays are the full call and the recorded one."""
+    graph, block = FakeGraph(), FakeArray((12,), np.float32)
+    x, out = FakeArray((6,), np.float32, memptr=block.data + 8), FakeArray((6,), np.float32, memptr=block.data)
+    for _ in range(3):
+        public(graph, x, out=out)
+    assert len(FULL_CALLS) == 3 and not graph.cache.get("replay records")
+    for seed in range(3):
+        public(graph, _x(seed), out=FakeArray((6,), np.float32))
     assert len(FULL_CALLS) == 5
 
 

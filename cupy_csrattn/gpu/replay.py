@@ -46,10 +46,11 @@ NO_CONTEXT = object()  # what a replay returns, having done nothing, on a thread
 
 
 def _describe(function, args, kwargs):
-    """(key, arrays, addresses) of a call of ``function``, or three Nones when it is not
+    """(key, arrays, addresses, out_at) of a call of ``function``, or four Nones when it is not
     recordable: the key names everything the call's work depends on, the op first (two ops may
     take arguments of one description: spmm and attention_aggregate both take (E, H) and
-    (N, H, F) arrays); arrays are the caller's, in argument order, and addresses their data's."""
+    (N, H, F) arrays); arrays are the caller's, in argument order, addresses their data's, and
+    out_at the index of out= among them (None without one)."""
     cupy = backend.cupy
     ndarray = cupy.ndarray
     key, arrays, addresses = [function, tuple(kwargs), None], [], []  # None: the device, filled last
@@ -59,21 +60,29 @@ def _describe(function, args, kwargs):
             memory = value.data
             address = memory.ptr
             if address in addresses or not value.size:
-                return None, None, None
+                return None, None, None, None
             addresses.append(address)
             arrays.append(value)
             key.append((value.dtype, value.shape, value.strides, address & 15, memory.device_id))
         elif value is None or kind in _SCALARS:  # a float zero by its bits: -0.0 == 0.0, but scale=-0.0 gives -0.0s
             key.append((kind, value.hex() if kind is float and not value else value))
         else:
-            return None, None, None
+            return None, None, None, None
     if not arrays:  # a call with no CuPy array does not run on the GPU
-        return None, None, None
-    out = kwargs.get("out") if kwargs else None  # one overlapping an input is computed apart (ops/placement.py)
-    if type(out) is ndarray and any(a is not out and backend.may_share_memory(out, a) for a in arrays):
-        return None, None, None
+        return None, None, None, None
+    out = kwargs.get("out") if kwargs else None
+    out_at = None
+    if type(out) is ndarray:
+        out_at = next(index for index, array in enumerate(arrays) if array is out)
     key[2] = cupy.cuda.runtime.getDevice()
-    return tuple(key), arrays, addresses
+    return tuple(key), arrays, addresses, out_at
+
+
+def _out_overlaps(arrays, out_at):
+    """Whether the caller's out= (``arrays[out_at]``) overlaps another of its arrays: such a
+    call is computed apart (ops/placement.py), neither recorded nor replayed."""
+    out = arrays[out_at]
+    return any(index != out_at and backend.may_share_memory(out, a) for index, a in enumerate(arrays))
 
 
 def _source(array, arrays, allocations):
@@ -108,7 +117,7 @@ class Replay:
     one current.
     """
 
-    def __init__(self, collected, arrays, result):
+    def __init__(self, collected, arrays, result, out_at=None):
         cupy = backend.cupy
         # (a kernel's slot values, position, index, byte offset) per slot holding a call's own
         # array: index into [*the caller's arrays, *the allocations] (the address list a replay builds)
@@ -155,6 +164,25 @@ class Replay:
         self._slots_at = None  # the addresses the slots hold: [*the caller's arrays', *the allocations']
         self._graph_at = None  # the addresses the graph's nodes were last given
         self._lock = threading.Lock()  # the argument slots and the arena serve one call at a time
+        # Whether a later call's out= overlaps another of its arrays is a test of its addresses
+        # alone: the description fixes each array's shape and strides, so its bytes lie at the
+        # same [low, high) offsets from its address (backend.may_share_memory's bounds) in
+        # every call, and out= at the same index.
+        self._out_at = out_at
+        self._extents = [tuple(bound - a.data.ptr for bound in backend.byte_bounds(a)) for a in arrays]
+
+    def out_overlaps(self, addresses):
+        """Whether the out= of a call with these ``addresses`` overlaps another of its arrays
+        (False for calls without one)."""
+        at, extents = self._out_at, self._extents
+        if at is None:
+            return False
+        low, high = extents[at]
+        first, last = addresses[at] + low, addresses[at] + high
+        for index, (low, high) in enumerate(extents):
+            if index != at and addresses[index] + low < last and first < addresses[index] + high:
+                return True
+        return False
 
     def _memory(self, stream, capturing):
         """The Arena serving a replay on ``stream``: the least recently used kept one that is
@@ -272,33 +300,37 @@ def replayed(function):
         cached = getattr(args[0], "cached", None)
         if cached is None:
             return function(*args, **kwargs)
-        key, arrays, addresses = _describe(function, args, kwargs)
+        key, arrays, addresses, out_at = _describe(function, args, kwargs)
         if key is None:
             return function(*args, **kwargs)
         records = cached(RECORDS, dict)
         record = records.get(key, 0)
         if type(record) is Replay:
+            if out_at is not None and record.out_overlaps(addresses):
+                return function(*args, **kwargs)
             result = record(arrays, addresses)
             return function(*args, **kwargs) if result is NO_CONTEXT else result
         if record is None or len(records) >= MAX_RECORDS_PER_GRAPH:
+            return function(*args, **kwargs)
+        if out_at is not None and _out_overlaps(arrays, out_at):
             return function(*args, **kwargs)
         if record == 0:  # first occurrence: may build the graph's derived data
             result = function(*args, **kwargs)
             records[key] = 1
             return result
-        return _record(function, args, kwargs, records, key, arrays)
+        return _record(function, args, kwargs, records, key, arrays, out_at)
 
     return call
 
 
-def _record(function, args, kwargs, records, key, arrays):
+def _record(function, args, kwargs, records, key, arrays, out_at):
     with recording.recorder() as collected:
         result = function(*args, **kwargs)
     if collected.reason is not None or not collected.launches:
         records[key] = None
         return result
     try:
-        records[key] = Replay(collected, arrays, result)
+        records[key] = Replay(collected, arrays, result, out_at)
     except NotReplayable:
         records[key] = None
     return result
