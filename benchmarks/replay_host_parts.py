@@ -67,7 +67,7 @@ def primitives(stream_ptr, num_rows):
 def parts(record, public, args, kwargs, stream_ptr):
     """name -> fn: the call, its floor, and their parts (see the module's docstring)."""
     function = public.__wrapped__
-    _, arrays, addresses = replay._describe(function, args, kwargs)
+    _, arrays, addresses = replay._describe(function, args, kwargs)[:3]
     held = record._layout.allocate(stream_ptr)  # the slots point here while the parts alone run
     where = addresses + held.addresses
 
@@ -137,7 +137,7 @@ def main():
     for name, (public, args, kwargs) in calls.items():
         for _ in range(3):  # the full call, the recorded one, a replay
             public(*args, **kwargs)
-        key, _, _ = replay._describe(public.__wrapped__, args, kwargs)
+        key = replay._describe(public.__wrapped__, args, kwargs)[0]
         record = replay._records(graph)[key]
         timed, held = parts(record, public, args, kwargs, stream_ptr)
         entry = dict(

@@ -10,7 +10,8 @@ and CuPy's array headers, without cuLaunchKernel, the pool's bookkeeping and CuP
 and device queries (benchmarks/call_overhead.py times the whole call on a GPU).
 
 Each case is a record shaped like an op's of benchmarks/call_overhead.py on its 384-row
-graph: its arrays in, its outputs and scratch, its kernels and their argument lists. Each
+graph: its arrays in (an out= among them where the case gives one), its outputs and
+scratch, its kernels and their argument lists. Each
 tree is timed in its own interpreter, the trees taking turns for ``--rounds`` rounds; a
 case's figure is its best round (microseconds per call, 20,000 calls a round).
 
@@ -40,6 +41,14 @@ CASES = {
         [],
         1,
         {"return_lse": True},
+    ),
+    "graph_attention H=8 F=16, out=, lse": (
+        "graph_attention",
+        [(N, 8, 16)] * 3,
+        [(N, 8)],
+        [],
+        1,
+        {"out": (N, 8, 16), "return_lse": True},
     ),
     "graph_attention_backward H=8 F=16": (
         "graph_attention_backward",
@@ -99,15 +108,21 @@ def recorded_call(package, cupy, name, inputs, outputs, scratch, kernels, kwargs
     op.__name__ = name
     public = replay.replayed(op)
     args = (graph, *(cupy.ndarray(shape, np.float32) for shape in inputs))
-    key, arrays, _ = replay._describe(op, args, kwargs)
+    kwargs = dict(kwargs)
+    given_out = kwargs.get("out")
+    if given_out is not None:  # the shape of an out= the call is given
+        kwargs["out"] = given_out = cupy.ndarray(given_out, np.float32)
+    key, arrays = replay._describe(op, args, kwargs)[:2]
     collected = Recorder()
     collected.allocations = [cupy.ndarray(shape, np.float32) for shape in outputs + scratch]
     scalars = (np.int32(8), np.float32(0.25), np.int64(N))
     for stage in range(1, kernels + 1):
         arguments = (*graph_arrays, *arrays, *collected.allocations, *scalars)
         collected.launches.append((SimpleNamespace(kernel=SimpleNamespace(ptr=1)), (N,), (128,), arguments, stage))
-    result = tuple(collected.allocations[: len(outputs)])
-    record = replay.Replay(collected, arrays, result if len(result) > 1 else result[0])
+    result = (() if given_out is None else (given_out,)) + tuple(collected.allocations[: len(outputs)])
+    # the index of out= among the arrays, for the trees whose records test it by address
+    out_at = () if given_out is None or not hasattr(replay, "_out_overlaps") else (len(arrays) - 1,)
+    record = replay.Replay(collected, arrays, result if len(result) > 1 else result[0], *out_at)
     replay._records(graph)[key] = record
     return lambda: public(*args, **kwargs)
 

@@ -1345,6 +1345,23 @@ def test_call_overhead_gives_out_to_the_ops_that_take_it(monkeypatch):
     assert overhead.out_call(functools.partial(ca.spmm_backward, graph, scores, v, v), np.empty_like) is None
 
 
+def test_replay_python_path_times_each_case_through_this_trees_replay():
+    """replay_python_path's records stand in for the ops' (replay.Replay and _describe as this
+    tree has them) and every case replays without a GPU: a few calls each, in a child process
+    (it stands in for CuPy's allocator and the driver)."""
+    pytest.importorskip("cupy")
+    code = (
+        "import json, sys; sys.path.insert(0, 'benchmarks'); import replay_python_path as r; "
+        "r.CALLS = 20; print(json.dumps(r.time_tree('.')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ)
+    )
+    assert result.returncode == 0, result.stderr
+    times = json.loads(result.stdout.splitlines()[-1])
+    assert set(times) == set(load_benchmark("replay_python_path").CASES) and all(t > 0 for t in times.values())
+
+
 def test_compare_trees_takes_more_trees_by_name():
     pytest.importorskip("cupy")
     compare = load_benchmark("compare_trees")

@@ -54,6 +54,7 @@ def _describe(function, args, kwargs):
     cupy = backend.cupy
     ndarray = cupy.ndarray
     key, arrays, addresses = [function, tuple(kwargs), None], [], []  # None: the device, filled last
+    out, out_at = kwargs.get("out") if kwargs else None, None
     for value in (*args[1:], *kwargs.values()) if kwargs else args[1:]:
         kind = type(value)
         if kind is ndarray:
@@ -61,6 +62,8 @@ def _describe(function, args, kwargs):
             address = memory.ptr
             if address in addresses or not value.size:
                 return None, None, None, None
+            if value is out:
+                out_at = len(arrays)
             addresses.append(address)
             arrays.append(value)
             key.append((value.dtype, value.shape, value.strides, address & 15, memory.device_id))
@@ -70,10 +73,6 @@ def _describe(function, args, kwargs):
             return None, None, None, None
     if not arrays:  # a call with no CuPy array does not run on the GPU
         return None, None, None, None
-    out = kwargs.get("out") if kwargs else None
-    out_at = None
-    if type(out) is ndarray:
-        out_at = next(index for index, array in enumerate(arrays) if array is out)
     key[2] = cupy.cuda.runtime.getDevice()
     return tuple(key), arrays, addresses, out_at
 
@@ -170,18 +169,20 @@ class Replay:
         # every call, and out= at the same index.
         self._out_at = out_at
         self._extents = [tuple(bound - a.data.ptr for bound in backend.byte_bounds(a)) for a in arrays]
+        self._apart = None  # the addresses last found apart: a caller reusing its buffers repeats them
 
     def out_overlaps(self, addresses):
         """Whether the out= of a call with these ``addresses`` overlaps another of its arrays
         (False for calls without one)."""
         at, extents = self._out_at, self._extents
-        if at is None:
+        if at is None or addresses == self._apart:
             return False
         low, high = extents[at]
         first, last = addresses[at] + low, addresses[at] + high
         for index, (low, high) in enumerate(extents):
             if index != at and addresses[index] + low < last and first < addresses[index] + high:
                 return True
+        self._apart = addresses
         return False
 
     def _memory(self, stream, capturing):
