@@ -11,10 +11,11 @@ of the call writing its first result into an array it is given (``out_call``); t
 back to back (calls issued back to back, one sync at the end: the host's cost or the GPU's,
 whichever is larger), synced time per call (median of calls each followed by a sync), the
 number of kernel launches a call makes, the same three times for one call captured in a CUDA
-graph and launched, and last (such calls leave the record's arenas paused for its next
-calls) the host time per call where the caller holds each call's results for eight calls,
-its replays then allocating their results anew
-(gpu/replay_results.py), beside a bare launch timed in turns with it. Beside the float32
+graph and launched, the host time per call where the caller holds each call's results for
+HELD_CALLS calls (the record's replays then take its kept arenas in turns) and last (such
+calls leave the arenas paused for the record's next calls) for HELD_LONG_CALLS calls, longer
+than the arenas last (its replays then allocate their results anew; gpu/replay_results.py),
+each beside a bare launch timed in turns with it. Beside the float32
 edge_softmax, attention_aggregate and spmm cases, the host time of the simplest kernels' call
 (cupy_csrattn.bench.simple_kernels: an output allocated, a RawKernel launched with its
 arguments), the first design anyone writes. --profile prints where the host time of each case
@@ -39,7 +40,7 @@ import cupy_csrattn
 import cupy_csrattn.datasets
 from cupy_csrattn.bench import timing
 from cupy_csrattn.bench.simple_kernels import SimpleKernels
-from cupy_csrattn.gpu import kernels, replay
+from cupy_csrattn.gpu import kernels, replay, replay_results
 
 BACK_TO_BACK, SYNCED = 2000, 200
 
@@ -97,9 +98,14 @@ def out_call(call, empty_like=None):
     return partial(call, out=(empty_like or cupy.empty_like)(first))
 
 
-def holding(fn, count=8):
-    """``fn`` whose results the caller holds for ``count`` calls, longer than a record's arenas
-    last (gpu/replay_results.py: KEPT_ARENAS): its replays allocate their results anew."""
+# Calls a caller holds each result for: within a record's kept arenas (gpu/replay_results.py),
+# which its replays then take in turns, and longer than they last, so that each allocates.
+HELD_CALLS = 8
+HELD_LONG_CALLS = replay_results.KEPT_ARENAS + 4
+
+
+def holding(fn, count):
+    """``fn`` whose results the caller holds for ``count`` calls."""
     held = collections.deque(maxlen=count)
     return lambda: held.append(fn())
 
@@ -187,8 +193,10 @@ def main(out_path=None, profile=False):
             back_to_back_time(graph_launch),
             synced_time(graph_launch),
         )
-        # Last: calls holding their results leave the record's arenas paused for its next calls.
-        held_bare, held_host = (us * 1e-6 for us in timing.time_host_calls([bare, holding(call)]))
+        held_bare, held_host = (us * 1e-6 for us in timing.time_host_calls([bare, holding(call, HELD_CALLS)]))
+        # Last: calls holding their results longer than the arenas last leave them paused for
+        # the record's next calls.
+        long_bare, long_host = (us * 1e-6 for us in timing.time_host_calls([bare, holding(call, HELD_LONG_CALLS)]))
         records["cases"].append(
             dict(
                 case=name,
@@ -196,6 +204,8 @@ def main(out_path=None, profile=False):
                 host_out_us=None if out_host is None else out_host * 1e6,
                 host_results_held_us=held_host * 1e6,
                 bare_host_beside_held_us=held_bare * 1e6,
+                host_results_held_long_us=long_host * 1e6,
+                bare_host_beside_held_long_us=long_bare * 1e6,
                 bare_host_us=case_bare * 1e6,
                 back_to_back_us=back * 1e6,
                 synced_us=synced * 1e6,
@@ -211,7 +221,8 @@ def main(out_path=None, profile=False):
         print(
             f"{name:<42} host {host * 1e6:6.2f} us ({host / case_bare:4.2f}x the bare launch timed beside it,"
             f" {case_bare * 1e6:5.2f} us{with_out};"
-            f" results held {held_host * 1e6:6.2f} us, {held_host / held_bare:4.2f}x)"
+            f" results held {held_host * 1e6:6.2f} us, {held_host / held_bare:4.2f}x;"
+            f" held longer {long_host * 1e6:6.2f} us, {long_host / long_bare:4.2f}x)"
             f"  back to back {back * 1e6:6.2f} us"
             f"  synced {synced * 1e6:6.2f} us  launches {count}  CUDA graph: host {graph_host * 1e6:6.2f} us,"
             f" back to back {graph_back * 1e6:6.2f} us, synced {graph_synced * 1e6:6.2f} us{beside_simple}",

@@ -1,6 +1,8 @@
 """Repeated GPU calls (gpu/replay.py) and CUDA graphs: every op and case of the case table,
 each dtype, with and without out=, equal bit for bit to the full path on the same inputs."""
 
+import collections
+
 import numpy as np
 import pytest
 from helpers import poison, require_cupy
@@ -81,6 +83,29 @@ def test_replays_take_the_memory_of_dropped_results_and_leave_held_ones(cupy, ca
     held = [public(graph, *args, **kwargs) for args, kwargs in calls[4:]]
     for call, (got, want) in enumerate(zip(held, wants[4:]), 4):
         _assert_same(got, want, f"{case} held call {call}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_replays_taking_kept_arenas_in_turns_equal_the_full_path(cupy, graph_data, case):
+    """Each call's results held for two more calls, its inputs one of four sets in turn: the
+    record's replays take three kept arenas in turns (a record of several kernels giving each
+    a graph of its own once taken again, its nodes set where an input moved), and every
+    result equals the full path's while it is held."""
+    rng = np.random.default_rng(9)
+    graph = make_graph(cupy, graph_data)
+    public = OPS[case.op].function
+    calls = [to_xp(cupy, case.make(rng, graph_data, 2, 5, np.float32)) for _ in range(4)]
+    wants = [public.__wrapped__(graph, *args, **kwargs) for args, kwargs in calls]
+    held = collections.deque(maxlen=3)
+    for call in range(14):
+        args, kwargs = calls[call % 4]
+        held.append((public(graph, *args, **kwargs), call % 4))
+        for got, which in held:
+            _assert_same(got, wants[which], f"{case} call {call}, inputs {which}")
+    (record,) = _replay_records(graph)
+    assert len(record._arenas) == (3 if record._layout.num_allocations else 0)
+    if record._graph is not None:
+        assert all(arena.graph for arena in record._arenas), "a kept arena taken again has no graph of its own"
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.out_index is not None], ids=str)

@@ -308,18 +308,23 @@ def test_a_recording_belongs_to_its_thread():
 
 
 class FakeDriver:
-    """The CUDA driver functions of a KernelGraph, in Python: setting a node's parameters
-    copies the values its slots hold, and a graph launch runs each node's kernel (by its
-    function handle) on copies of those values, in node order."""
+    """The CUDA driver functions of KernelGraphs, in Python: an executable takes a copy of the
+    values its graph's nodes' slots hold, setting a node's parameters copies them again, and
+    a launch runs each node's kernel (by its function handle) on the executable's copies,
+    in node order. Nodes are numbered from 1 across graphs."""
 
     def __init__(self, refuse_launch=False):
-        self.nodes, self.values, self.graph_launches, self.params_set = [], {}, 0, 0
+        self.nodes, self.graph_launches, self.params_set = [], 0, 0
         self.dependencies = []  # per node, the (1-based) nodes it depends on
+        self.graphs = {}  # graph handle -> its node numbers
+        self.executables = {}  # executable handle -> {node number: the slot values it holds}
+        self.launched = []  # the executable of each graph launch
         self.refuse_launch = refuse_launch
+        self.refuse_build = False  # instantiation fails while set
 
     def functions(self):
         return {
-            "GraphCreate": lambda graph, flags: self._handle(graph, 1),
+            "GraphCreate": self._create,
             "GraphAddKernelNode": self._add,
             "GraphInstantiateWithFlags": self._instantiate,
             "GraphExecKernelNodeSetParams": self._set,
@@ -333,22 +338,32 @@ class FakeDriver:
         reference._obj.value = value
         return 0
 
+    def _create(self, graph, flags):
+        handle = 1000 + len(self.graphs)
+        self.graphs[handle] = []
+        return self._handle(graph, handle)
+
     def _add(self, node, graph, dependencies, count, params):
         depends_on = [dependencies[i] for i in range(count)]
-        assert all(0 < n <= len(self.nodes) for n in depends_on), "a node depends on nodes added before it"
+        members = self.graphs[graph.value]
+        assert all(n in members for n in depends_on), "a node depends on nodes of its graph added before it"
         self.nodes.append(params._obj)
         self.dependencies.append(depends_on)
+        members.append(len(self.nodes))
         return self._handle(node, len(self.nodes))
 
     def _instantiate(self, executable, graph, flags):
-        """The executable takes a copy of each node's slots."""
-        for index, params in enumerate(self.nodes, 1):
-            self.values[index] = self._slots(params)
-        return self._handle(executable, 2)
+        if self.refuse_build:
+            return 1
+        handle = 2000 + len(self.executables)
+        self.executables[handle] = {n: self._slots(self.nodes[n - 1]) for n in self.graphs[graph.value]}
+        return self._handle(executable, handle)
 
     def _set(self, executable, node, params):
         self.params_set += 1
-        self.values[node.value] = self._slots(params._obj)
+        held = self.executables[executable.value]
+        assert node.value in held, "a node of another graph"
+        held[node.value] = self._slots(params._obj)
         return 0
 
     @staticmethod
@@ -360,8 +375,10 @@ class FakeDriver:
         if self.refuse_launch:
             return 1
         self.graph_launches += 1
-        for index, params in enumerate(self.nodes, 1):
-            held = [ctypes.c_uint64(v) for v in self.values[index]]
+        self.launched.append(executable.value)
+        for number, values in self.executables[executable.value].items():
+            params = self.nodes[number - 1]
+            held = [ctypes.c_uint64(v) for v in values]
             _run(params.func, params.gridDimX, params.blockDimX, [ctypes.addressof(v) for v in held])
         return 0
 
@@ -487,6 +504,49 @@ def test_a_graph_sets_only_the_arguments_that_changed(public, monkeypatch):
         if want_set is not None:
             assert fake.params_set - before == want_set, f"call {call}"
     assert fake.graph_launches == 5
+
+
+def test_kept_arenas_taken_in_turns_launch_graphs_of_their_own(public, monkeypatch):
+    """A loop holding each result until the next call: the record's two arenas take turns.
+    Each, once taken again, launches a graph of its own whose nodes keep its addresses, so
+    that later replays of the same input set no node parameters (one shared graph would set
+    both nodes on every call); the results are right throughout."""
+    fake = FakeDriver()
+    monkeypatch.setattr(cuda_graph, "driver", fake.functions)
+    op, graph = replay.replayed(twice_scaled), FakeGraph()
+    x = _x(0)
+    want = np.float32(2.0) * (np.float32(2.0) * x.values + TABLE.values) + TABLE.values
+    out = None
+    for call in range(10):
+        if call == 6:  # the first two replays made the arenas, the next two took them again
+            params_set, launched = fake.params_set, len(fake.launched)
+        out = op(graph, x)
+        np.testing.assert_array_equal(out.values, want)
+    (record,) = graph.cache["replay records"].values()
+    own = {arena.graph.executable.value for arena in record._arenas}
+    assert fake.params_set == params_set and set(fake.launched[launched:]) == own
+    assert len(own) == 2 and record._graph.executable.value not in own
+    assert fake.launched[launched:] == fake.launched[launched : launched + 2] * 2
+
+
+def test_an_arena_whose_graph_is_refused_launches_the_records(public, monkeypatch):
+    """Where the driver refuses to build a kept arena's own graph, the arena launches the
+    record's graph from then on (its build not tried again); the results are right."""
+    fake = FakeDriver()
+    monkeypatch.setattr(cuda_graph, "driver", fake.functions)
+    op, graph = replay.replayed(twice_scaled), FakeGraph()
+    x = _x(0)
+    want = np.float32(2.0) * (np.float32(2.0) * x.values + TABLE.values) + TABLE.values
+    op(graph, x)
+    op(graph, x)  # recorded: the record's graph is built
+    fake.refuse_build = True
+    out = None
+    for _ in range(8):
+        out = op(graph, x)
+        np.testing.assert_array_equal(out.values, want)
+    (record,) = graph.cache["replay records"].values()
+    assert [arena.graph for arena in record._arenas] == [False, False]
+    assert set(fake.launched) == {record._graph.executable.value} and len(fake.executables) == 1
 
 
 @pytest.mark.parametrize("scratch_with_results", [1 << 16, 0])
@@ -797,7 +857,7 @@ def test_results_held_for_a_few_calls_leave_one_of_the_kept_arenas_free(public):
     graph = FakeGraph()
     record = _recorded(public, graph)
     held = collections.deque(maxlen=replay_results.KEPT_ARENAS - 1)
-    inputs = [_x(seed) for seed in range(2, 14)]
+    inputs = [_x(seed) for seed in range(2, 2 + replay_results.KEPT_ARENAS + 8)]
     for call, x in enumerate(inputs):
         if call == replay_results.KEPT_ARENAS:
             allocated = FakeArray.next_address[0]

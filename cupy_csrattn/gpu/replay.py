@@ -105,15 +105,16 @@ class Replay:
     graph's arrays and the scalars are written once, the call's own arrays (the caller's and
     the new allocations) where their addresses differ from the last replay's. A record of
     several kernels launches them as one CUDA graph (gpu/cuda_graph.py), the kernels of one
-    ``independent`` block free to run side by side; otherwise (one kernel, no driver
-    library, a stream being captured, a graph the driver refused) each kernel goes to
-    cuLaunchKernel through CuPy's driver binding with its slots, which costs the host a
-    fraction of a launch through CuPy's Function (that converts every argument on every
-    call). The memory a replay needs comes from gpu/replay_results.py: the memory and result
-    arrays of the last replay where the caller no longer refers to them, else new memory
-    (one block for the results and a small scratch). A thread with no current CUDA context
-    (the driver API needs one) gets NO_CONTEXT: its call takes the full path, which makes
-    one current.
+    ``independent`` block free to run side by side; a kept arena taken again gets a graph of
+    its own, whose nodes keep its addresses, so that a caller whose results take turns
+    between arenas sets no node parameters. Otherwise (one kernel, no driver library, a
+    stream being captured, a graph the driver refused) each kernel goes to cuLaunchKernel
+    through CuPy's driver binding with its slots, which costs the host a fraction of a launch
+    through CuPy's Function (that converts every argument on every call). The memory a
+    replay needs comes from gpu/replay_results.py: the memory and result arrays of a kept
+    replay whose results the caller no longer refers to, else new memory (one block for the
+    results and a small scratch). A thread with no current CUDA context (the driver API
+    needs one) gets NO_CONTEXT: its call takes the full path, which makes one current.
     """
 
     def __init__(self, collected, arrays, result, out_at=None):
@@ -154,6 +155,7 @@ class Replay:
         self._pick_new = replay_results.new_picker(self.result)  # results all new arrays: from the arena's alone
         self._layout = replay_results.Layout(self.result, collected.allocations)
         self._graph = _kernel_graph(graph_launches)
+        self._graph_launches = graph_launches if self._graph is not None else None  # for the arenas' own graphs
         lone = self._layout.lone
         # one kernel whose one new array is the call's result: launched and returned directly
         self._single = len(self._launches) == 1 and lone is not None and self.result == Slot(NEW, 0, lone[0])
@@ -207,6 +209,8 @@ class Replay:
                         arenas.remove(arena)
                         arenas.append(arena)
                     self._misses = 0
+                    if arena.graph is None and self._graph is not None:  # taken again: worth a graph of its own
+                        arena.graph = _kernel_graph(self._graph_launches) or False
                     return arena
             if len(arenas) == layout.kept:
                 self._misses += 1
@@ -241,12 +245,18 @@ class Replay:
                 head, params, _ = self._launches[0]
                 _driver_api.launchKernel(*head, stream_ptr, params, 0)
                 return arena.arrays[0]
-            graph, launched = self._graph, False
-            if graph is not None and not capturing:
-                launched = graph.launch(stream_ptr, where != self._graph_at)
-                if launched:
-                    self._graph_at = where
+            launched = False
+            if self._graph is not None and not capturing:
+                own = arena.graph
+                if own:  # a kept arena's own graph, its nodes holding its addresses
+                    launched = own.launch(stream_ptr, where != arena.graph_at)
+                    if launched:
+                        arena.graph_at = where
                 else:
+                    launched = self._graph.launch(stream_ptr, where != self._graph_at)
+                    if launched:
+                        self._graph_at = where
+                if not launched:
                     self._graph = None  # refused by the driver: kernel by kernel from now on
             if not launched:
                 launch_kernel = _driver_api.launchKernel

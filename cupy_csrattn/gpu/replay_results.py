@@ -37,12 +37,15 @@ SCRATCH_WITH_RESULTS = 64 * 1024
 
 # A record keeps the memory of its last replays (results and scratch) for the next ones: up to
 # KEPT_ARENAS of them and HELD_BYTES in all. The host's saving (an allocation and a header
-# per result, about half a bare launch each) matters where the kernels' work is short, and
-# such calls move little. Arenas serve callers that hold results for up to KEPT_ARENAS - 1
-# later calls: ``out = op(graph, out)`` in a loop (the last result is held while the next
-# call runs), a forward's results kept for its backward, layers of one shape.
+# per result, about half a bare launch each, and for a graph of several kernels the setting
+# of its nodes' parameters) matters where the kernels' work is short, and such calls move
+# little. Arenas serve callers that hold results for up to KEPT_ARENAS - 1 later calls:
+# ``out = op(graph, out)`` in a loop (the last result is held while the next call runs), a
+# forward's results kept for its backward, the layers of one shape of a model whose
+# forward results wait for their backward. A record makes arenas only as such callers need
+# them (a replay finding every kept one held), so a caller holding nothing keeps one.
 HELD_BYTES = 8 << 20
-KEPT_ARENAS = 4
+KEPT_ARENAS = 16
 
 
 class NotReplayable(Exception):
@@ -158,10 +161,25 @@ class Arena:
     pointers, the blocks and CuPy's memory objects behind them), whose reference counts tell
     whether anything outside the arena still refers to it."""
 
-    __slots__ = ("stream", "addresses", "arrays", "_headers", "_watched", "_shapes", "_counts", "_first")
+    __slots__ = (
+        "stream",
+        "addresses",
+        "arrays",
+        "graph",
+        "graph_at",
+        "_headers",
+        "_watched",
+        "_shapes",
+        "_counts",
+        "_first",
+    )
 
     def __init__(self, stream, addresses, arrays, headers, watched, shapes):
         self.stream, self.addresses, self.arrays = stream, addresses, arrays
+        # A kept arena taken again gets a CUDA graph of its own (gpu/replay.py): its nodes keep
+        # this arena's addresses (graph_at: those they were last given), so replays taking the
+        # kept arenas in turn set no node parameters. None: not yet; False: the driver refused.
+        self.graph = self.graph_at = None
         self._headers, self._watched, self._shapes = headers, watched, shapes
         self._counts = self._first = None
 
