@@ -6,11 +6,12 @@
 //   RUN_STAGE_BYTES, MAX_RUN_ROWS  the shared memory per warp and the rows per run of
 //                softmax_runs (softmax.cu)
 //   MAX_BLOCK_ROWS  the rows per pack of softmax_block_rows (softmax.cu)
+//   CACHED  the elements per lane softmax.cu's kernels hold in registers for a whole row
 // No system headers: NVRTC compiles these without the CUDA include directories.
 #pragma once
 
 #if !defined(CSR_DTYPE) || !defined(CSR_IDX) || !defined(BLOCK_WARPS) || !defined(RUN_STAGE_BYTES) || \
-    !defined(MAX_RUN_ROWS) || !defined(MAX_BLOCK_ROWS)
+    !defined(MAX_RUN_ROWS) || !defined(MAX_BLOCK_ROWS) || !defined(CACHED)
 #error "the preamble (gpu/kernels.py) must define each constant listed above"
 #endif
 #if MAX_BLOCK_ROWS < 1 || MAX_BLOCK_ROWS > BLOCK_WARPS * 32

@@ -63,7 +63,7 @@ __device__ __forceinline__ acc_t score_grad(acc_t p, acc_t g, acc_t row_sum, boo
     return adds_nothing ? (acc_t)0 : p * (g - row_sum);
 }
 
-#define CACHED 8  // elements per lane held in registers for whole rows
+// CACHED (the preamble): elements per lane held in registers for whole rows.
 // The widest step between a lane's cached elements (R * H) whose positions k * step, k < CACHED, fit in an int.
 #define MAX_CACHED_STEP (0x7fffffff / (CACHED - 1))
 
@@ -346,13 +346,17 @@ __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i
     }
 }
 
-// Short rows (H a power of two, degree * H <= 32): a group of S lanes per row (S a power of
-// two, degree * H <= S), lane e * H + h of a group holding element (edge e, head h) of its
-// row; 32 / S rows per warp. States are merged by an xor butterfly inside the group (max,
-// then sum of exp; span_allreduce), so every lane of a head ends with the same, run-to-run
-// identical, value. Bound: memory (one read and one write per element).
+// Short rows (H a power of two): a group of S lanes per row (S a power of two, H <= S <= 32),
+// 32 / S rows per warp, each lane holding K elements of its row (K <= CACHED, degree * H <=
+// K * S): element j * S + i of the row's (E_row, H) slice goes to lane i of the group, for
+// j < K, so a lane's elements are all of one head (S is a multiple of H) and the group's loads
+// are coalesced. Several rows to a warp put more of them in flight than a warp per row
+// (softmax_rows), whose loads wait on its item. States are merged in each lane (in j order),
+// then by an xor butterfly inside the group (max, then sum of exp; span_allreduce), so every
+// lane of a head ends with the same, run-to-run identical, value. Bound: memory (one read and
+// one write per element).
 template <int MODE>
-__device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, int S, int H, const i64* indptr,
+__device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, int S, int K, int H, const i64* indptr,
                                                const scalar_t* a, const grad_t<MODE>* g, const lse_t* lse_in,
                                                scalar_t* out, lse_t* lse_out) {
     const int lane = lane_id();
@@ -360,36 +364,62 @@ __device__ __forceinline__ void softmax_groups(const i64* rows, i64 num_rows, in
     bool has_row = group < num_rows;  // every lane stays for the shuffles
     i64 row = has_row ? rows[group] : 0;
     i64 begin = has_row ? indptr[row] : 0, end = has_row ? indptr[row + 1] : 0;
-    int in_group = lane % S, head = in_group % H;
-    i64 e = begin + in_group / H;
-    bool active = e < end;
-    i64 pos = e * H + head;
-    acc_t value = active ? load_scalar(a + pos) : neg_inf();
-    acc_t grad = (softmax_reads_grad(MODE) && active) ? load_any(g + pos) : (acc_t)0;
+    const int in_group = lane % S, head = in_group % H;
+    // 32-bit positions inside the row (at most K * S <= CACHED * 32 elements) from one base.
+    const int count = (int)(end - begin) * H;
+    const i64 base = begin * H + in_group;
+    acc_t value[CACHED], grad[CACHED];
+#pragma unroll
+    for (int j = 0; j < CACHED; ++j) {
+        const bool here = j < K && j * S + in_group < count;
+        value[j] = here ? load_scalar(a + base + j * S) : neg_inf();  // absent: no weight
+        grad[j] = (softmax_reads_grad(MODE) && here) ? load_any(g + base + j * S) : (acc_t)0;
+    }
     SoftmaxState state;
     bool weightless_row = false;  // grad_scores: lse -inf
     if (softmax_keeps_max(MODE)) {
         // The group's max, then one exp per element and the group's sum.
-        acc_t m = span_allreduce(value, Max(), H, S);
+        acc_t m = neg_inf();
+#pragma unroll
+        for (int j = 0; j < CACHED; ++j) m = nan_max(m, value[j]);
+        m = span_allreduce(m, Max(), H, S);
         const acc_t shift = row_shift(m);
-        value = shifted_exp(value, shift);
+        acc_t l = 0;
+#pragma unroll
+        for (int j = 0; j < CACHED; ++j) {
+            value[j] = shifted_exp(value[j], shift);
+            l += value[j];
+        }
         state.m = m;
-        state.l = span_allreduce(value, Sum(), H, S);
+        state.l = span_allreduce(l, Sum(), H, S);
     } else {
-        if (softmax_probs_from_lse(MODE) && active) {
-            const acc_t lse_row = lse_in[row * H + head];
-            value = prob_from_lse(value, lse_row);
+        acc_t lse_row = 0;
+        if (softmax_probs_from_lse(MODE) && in_group < count) {
+            lse_row = lse_in[row * H + head];
             weightless_row = lse_row == neg_inf();
         }
+        acc_t l = 0;
+#pragma unroll
+        for (int j = 0; j < CACHED; ++j) {
+            if (!(j < K && j * S + in_group < count)) continue;
+            const acc_t p = softmax_probs_from_lse(MODE) ? prob_from_lse(value[j], lse_row) : value[j];
+            value[j] = p;
+            l += grad_term<MODE>(p, grad[j]);
+        }
         state.m = 0;
-        state.l = span_allreduce(active ? grad_term<MODE>(value, grad) : (acc_t)0, Sum(), H, S);
+        state.l = span_allreduce(l, Sum(), H, S);
     }
     if (MODE == SOFTMAX_LSE) {
         if (has_row && in_group < H) lse_out[row * H + head] = state_lse(state);
-    } else if (active) {
-        // Forward: value holds exp(s - m); a NaN or +inf max makes l NaN.
-        store_scalar(out + pos, MODE == SOFTMAX_FORWARD ? (state.l == 0 ? (acc_t)0 : value * ((acc_t)1 / state.l))
-                                                        : score_grad<MODE>(value, grad, state.l, weightless_row));
+        return;
+    }
+    // Forward: value holds exp(s - m); a NaN or +inf max makes l NaN.
+    const acc_t inv = state.l == 0 ? (acc_t)0 : (acc_t)1 / state.l;
+#pragma unroll
+    for (int j = 0; j < CACHED; ++j) {
+        if (!(j < K && j * S + in_group < count)) continue;
+        store_scalar(out + base + j * S, MODE == SOFTMAX_FORWARD ? value[j] * inv
+                                                                 : score_grad<MODE>(value[j], grad[j], state.l, weightless_row));
     }
 }
 
@@ -936,9 +966,9 @@ __device__ __forceinline__ void softmax_block_rows(const i64* rows, const int* s
         softmax_block_rows<MODE>(rows, stage_offsets, packs, num_packs, H, indptr, a, g, lse_in, out, lse_out); \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(BLOCK_THREADS)                                               \
-        softmax_groups_##NAME(const i64* rows, i64 num_rows, int S, int H, const i64* indptr, const scalar_t* a, \
-                              const G* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out) {               \
-        softmax_groups<MODE>(rows, num_rows, S, H, indptr, a, g, lse_in, out, lse_out);                       \
+        softmax_groups_##NAME(const i64* rows, i64 num_rows, int S, int K, int H, const i64* indptr,          \
+                              const scalar_t* a, const G* g, const lse_t* lse_in, scalar_t* out, lse_t* lse_out) { \
+        softmax_groups<MODE>(rows, num_rows, S, K, H, indptr, a, g, lse_in, out, lse_out);                    \
     }
 
 // G: the type of g in the unstaged kernels (grad_t of the mode; the staged ones take scalar_t).

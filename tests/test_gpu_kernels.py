@@ -423,21 +423,41 @@ def test_weightless_rows_add_nothing_to_the_backwards(cupy, plan_limits, monkeyp
 
 
 @pytest.mark.parametrize(
-    "run_rows,block_floor,single_floor",
-    [(0, False, None), (0, 0, None), (1, None, None), (4, None, None), (64, 0, None), (64, False, 0)],
-    ids=["unstaged", "block-rows", "runs-1", "runs-4", "runs-64-block-rows", "runs-64-single-rows"],
+    "run_rows,block_floor,single_floor,groups",
+    [
+        (0, False, None, None),
+        (0, False, None, (1, 8)),
+        (0, False, None, (2, 32)),
+        (0, 0, None, None),
+        (1, None, None, None),
+        (4, None, None, None),
+        (64, 0, None, None),
+        (64, False, 0, None),
+    ],
+    ids=[
+        "unstaged",
+        "unstaged-groups-1",
+        "unstaged-groups-2-32",
+        "block-rows",
+        "runs-1",
+        "runs-4",
+        "runs-64-block-rows",
+        "runs-64-single-rows",
+    ],
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-@pytest.mark.parametrize("heads", [None, 1, 3, 8, 40], ids=str)
+@pytest.mark.parametrize("heads", [None, 1, 3, 8, 16, 40], ids=str)
 def test_softmax_strategies_match_cpu(
-    cupy, plan_limits, monkeypatch, run_rows, block_floor, single_floor, dtype, heads
+    cupy, plan_limits, monkeypatch, run_rows, block_floor, single_floor, groups, dtype, heads
 ):
     """The row-wise softmax kernels with runs of consecutive rows off (0) and forced to 1, 4
     and 64 rows per run, with one block per row for every whole row that fits a block's stage
-    (block floor 0) or none (False), and with every other whole row that fits a warp's stage
-    staged alone (single-row floor 0), each mode (edge_softmax and its backward; the row lse
-    and the in-place grad_scores of attention_aggregate_backward), on rows that are empty, all
-    -inf, hold a NaN or a +inf, beside ordinary rows and a hub row. The all -inf row's grad_probs
+    (block floor 0) or none (False), with every other whole row that fits a warp's stage
+    staged alone (single-row floor 0), and the unstaged rows' lane groups of up to 8 elements
+    per lane (the default; H = 16 gives groups of 32 lanes), 1 (rows of up to 32 elements)
+    and 2 with 32 lanes each; each mode (edge_softmax and its backward; the row lse and the
+    in-place grad_scores of attention_aggregate_backward), on rows that are empty, all -inf,
+    hold a NaN or a +inf, beside ordinary rows and a hub row. The all -inf row's grad_probs
     and grad_out are inf: it adds nothing to the backwards (its zero weights gave NaN)."""
     from cupy_csrattn.gpu import replay
 
@@ -445,6 +465,9 @@ def test_softmax_strategies_match_cpu(
     monkeypatch.setattr(plan, "BLOCK_ROW_FLOOR", block_floor)
     if single_floor is not None:
         monkeypatch.setattr(plan, "SINGLE_ROW_FLOOR", single_floor)
+    if groups is not None:
+        monkeypatch.setattr(plan, "GROUP_LANE_ELEMENTS", groups[0])
+        monkeypatch.setattr(plan, "GROUP_MIN_LANES", groups[1])
     monkeypatch.setattr(replay, "ENABLED", False)
     rng = np.random.default_rng(13)
     g = _graph(rng, np.int32, num_dst=150, hub=700)

@@ -124,17 +124,45 @@ def test_softmax_layout_takes_each_row_once(monkeypatch, single_floor, want_sing
     if single_floor is not None:
         monkeypatch.setattr(plan, "SINGLE_ROW_FLOOR", single_floor)
     degrees = [0, 3, 40, 100, 129, 5, 600, 2000, 1, 64]
-    layout = plan._build_softmax_layout(_LayoutGraph(degrees), 8, 1024, 4)
+    layout = plan._build_softmax_layout(_LayoutGraph(degrees), 8, 1024, 4, 8)
     assert layout.runs.tolist() == [2]  # rows 8, 9: 65 edges x 8 heads <= 1024
     assert layout.block_rows.tolist() == [6, 4]  # 4800 and 1032 elements: a block each, widest first
     assert layout.block_packs.tolist() == [0, 1, 2] and layout.block_stage_offsets.tolist() == [0, 0]
     assert layout.single_rows.tolist() == want_single
-    group_rows = [row for _, rows in layout.groups for row in rows.tolist()]
+    group_rows = [row for _, _, rows in layout.groups for row in rows.tolist()]
     item_rows = layout.items[: layout.num_whole, 0].tolist()
     taken = [8, 9] + layout.block_rows.tolist() + want_single + group_rows + item_rows
     assert sorted(taken) == [row for row, degree in enumerate(degrees) if degree <= plan.WHOLE_ROW_EDGES]
     monkeypatch.setattr(plan, "RUN_ROWS", 0)  # no runs: no rows staged alone either
-    assert plan._build_softmax_layout(_LayoutGraph(degrees), 8, 1024, 0).single_rows.tolist() == []
+    assert plan._build_softmax_layout(_LayoutGraph(degrees), 8, 1024, 0, 8).single_rows.tolist() == []
+
+
+@pytest.mark.parametrize("lane_elements", [8, 1])
+def test_softmax_lane_groups_take_rows_of_up_to_their_lanes_elements(monkeypatch, lane_elements):
+    """Whole rows no staged kernel takes go to lane groups by width, S lanes of K elements
+    each (H = 8: rows of 8, 16, 32, 64, 128 and 256 elements in groups of 8, 8, 8, 8, 16 and
+    32 lanes), up to 32 * GROUP_LANE_ELEMENTS elements; wider ones to softmax_rows' items.
+    One element per lane: the groups of rows of up to 32 elements, each a lane per element.
+    By default a lane holds 32 bytes of the accumulation type: 8 elements of float16 and
+    float32, 4 of float64."""
+    monkeypatch.setattr(backend, "cupy", np)
+    degrees = [0, 1, 2, 3, 4, 7, 8, 9, 16, 17, 32, 33, 100]
+    layout = plan._build_softmax_layout(_LayoutGraph(degrees), 8, 1024, 0, lane_elements)  # no runs
+    groups = {(lanes, per_lane): rows.tolist() for lanes, per_lane, rows in layout.groups}
+    if lane_elements == 8:
+        want = {(8, 1): [0, 1], (8, 2): [2], (8, 4): [3, 4], (8, 8): [5, 6], (16, 8): [7, 8], (32, 8): [9, 10]}
+        want_items = []
+    else:
+        want = {(8, 1): [0, 1], (16, 1): [2], (32, 1): [3, 4]}
+        want_items = [10, 9, 8, 7, 6, 5]  # longest first
+    assert groups == want
+    assert layout.single_rows.tolist() == [11, 12]  # 264 and 800 elements: wider than 256, within the stage
+    assert layout.items[: layout.num_whole, 0].tolist() == want_items
+    assert [plan.group_lane_elements(np.dtype(t)) for t in ("float16", "float32", "float64")] == [8, 8, 4]
+    for size in (8, 16, 32, 64, 128, 256):
+        if size <= 32 * lane_elements:
+            lanes, per_lane = plan.softmax_group_shape(8, size, lane_elements)
+            assert lanes * per_lane == size and per_lane <= lane_elements and 8 <= lanes <= 32
 
 
 def test_block_rows_pack_into_blocks_where_they_fit(monkeypatch):

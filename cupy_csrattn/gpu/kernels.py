@@ -26,6 +26,7 @@ MAX_BATCHED_HEADS = WARP  # the batched row and softmax-group kernels hold up to
 RUN_STAGE_BYTES = 4096  # shared memory per warp of softmax_runs: the staged edge data of its run
 MAX_RUN_ROWS = 64  # rows per run of softmax_runs
 MAX_BLOCK_ROWS = 16  # rows per pack of softmax_block_rows
+CACHED = 8  # elements per lane the softmax kernels hold in registers for a whole row
 
 NULL = np.uint64(0)  # a null pointer argument
 
@@ -89,7 +90,7 @@ def source(family, dtype, index_dtype):
     preamble = (
         f"#define CSR_DTYPE {DTYPE_CODES[dtype]}\n#define CSR_IDX {INDEX_TYPES[index_dtype]}\n"
         f"#define BLOCK_WARPS {BLOCK_WARPS}\n#define RUN_STAGE_BYTES {RUN_STAGE_BYTES}\n"
-        f"#define MAX_RUN_ROWS {MAX_RUN_ROWS}\n#define MAX_BLOCK_ROWS {MAX_BLOCK_ROWS}\n"
+        f"#define MAX_RUN_ROWS {MAX_RUN_ROWS}\n#define MAX_BLOCK_ROWS {MAX_BLOCK_ROWS}\n#define CACHED {CACHED}\n"
     )
     common = (_kernel_dir() / "common.cuh").read_text()
     body = _INCLUDE.sub(

@@ -31,7 +31,16 @@ import functools
 import numpy as np
 
 from cupy_csrattn import backend
-from cupy_csrattn.gpu.kernels import BLOCK_WARPS, MAX_BATCHED_HEADS, MAX_BLOCK_ROWS, MAX_RUN_ROWS, RUN_STAGE_BYTES, WARP
+from cupy_csrattn.backend import accumulation_dtype
+from cupy_csrattn.gpu.kernels import (
+    BLOCK_WARPS,
+    CACHED,
+    MAX_BATCHED_HEADS,
+    MAX_BLOCK_ROWS,
+    MAX_RUN_ROWS,
+    RUN_STAGE_BYTES,
+    WARP,
+)
 
 WHOLE_ROW_EDGES = 1024
 FUSED_WHOLE_ROW_EDGES = 128
@@ -118,6 +127,17 @@ BLOCK_ROW_FLOOR = None
 #: read twice by softmax_rows, which keeps only rows of up to 8 elements per lane (CACHED in
 #: softmax.cu) in registers. False turns this off; so does RUN_ROWS = 0 (no runs at all).
 SINGLE_ROW_FLOOR = 8 * WARP
+#: Lane groups (softmax_groups) for the whole rows no staged kernel takes, H a power of two:
+#: rows of up to WARP * K elements (K: group_lane_elements), a group of S lanes per row
+#: (32 / S rows per warp) holding up to K elements each, S the larger of H, GROUP_MIN_LANES
+#: (or the row's width, if narrower) and the width over K (softmax_group_shape). The rest go
+#: one warp per row to softmax_rows. A lane holds its elements in registers, up to
+#: GROUP_LANE_BYTES of the accumulation type (8 float32 values, 4 float64: more registers
+#: cost occupancy; at most kernels.CACHED). Tests force GROUP_LANE_ELEMENTS (1: groups
+#: only of rows of up to 32 elements, one per lane).
+GROUP_LANE_BYTES = 32
+GROUP_LANE_ELEMENTS = None
+GROUP_MIN_LANES = 8
 
 
 class SoftmaxLayout:
@@ -131,7 +151,7 @@ class SoftmaxLayout:
     a block: pack b is block_rows[block_packs[b] .. block_packs[b + 1]], row j's edges at
     stage element block_stage_offsets[j] (int32).
     single_rows: the rows staged alone, each a run of one row (softmax_runs with R = 1).
-    groups: (S, rows) pairs; each row of `rows` gets S lanes (degree * H <= S <= WARP).
+    groups: (S, K, rows); each row of `rows` gets S lanes of K elements (degree * H <= K * S).
     items, num_whole: the plan's items without the rows that went to runs, blocks or groups.
     """
 
@@ -248,7 +268,21 @@ def _single_rows(degrees, heads, capacity, free):
     return _whole_rows_of_width(degrees, heads, SINGLE_ROW_FLOOR, capacity, free)
 
 
-def _build_softmax_layout(graph, heads, capacity, run_rows):
+def group_lane_elements(dtype):
+    """Elements per lane of the lane groups for data of ``dtype`` (see GROUP_LANE_BYTES)."""
+    if GROUP_LANE_ELEMENTS is not None:
+        return GROUP_LANE_ELEMENTS
+    return min(CACHED, GROUP_LANE_BYTES // accumulation_dtype(dtype).itemsize)
+
+
+def softmax_group_shape(heads, size, lane_elements):
+    """(S, K) of the lane groups of rows of at most ``size`` elements (a power of two, at least
+    ``heads``, at most WARP * lane_elements): S lanes per row, K elements per lane."""
+    lanes = min(WARP, max(heads, min(GROUP_MIN_LANES, size), size // lane_elements))
+    return lanes, max(1, size // lanes)
+
+
+def _build_softmax_layout(graph, heads, capacity, run_rows, lane_elements):
     cupy = backend.cupy
     plan = plan_for(graph)
     degrees = cupy.diff(plan.indptr)
@@ -267,38 +301,42 @@ def _build_softmax_layout(graph, heads, capacity, run_rows):
         left = whole[free[whole[:, 0]]]  # host sync
         items = cupy.ascontiguousarray(cupy.concatenate([left, plan.items[plan.num_whole :]]))
         return SoftmaxLayout(plan, *staged, [], items, len(left))
+    widest = WARP * lane_elements  # the widest row a lane group takes
     width = cupy.maximum(degrees, 1) * heads  # elements of each row
     # Only rows the plan keeps whole and no staged kernel took: a split row's items are all
     # handled by the item kernels.
-    width[(degrees > WHOLE_ROW_EDGES) | ~free] = WARP + 1  # wider than any group
+    width[(degrees > WHOLE_ROW_EDGES) | ~free] = widest + 1  # wider than any group
     groups = []
     size = heads
-    while size <= WARP:
+    while size <= widest:
         in_bin = (width <= size) & (width > size // 2) if size > heads else width <= size
         rows = cupy.flatnonzero(in_bin)  # host sync (once per graph and H)
         if len(rows):
-            groups.append((size, rows.astype(np.int64)))
+            groups.append((*softmax_group_shape(heads, size, lane_elements), rows.astype(np.int64)))
         size *= 2
     whole = plan.items[: plan.num_whole]
     whole_rows = whole[:, 0]
-    long_whole = whole[(width[whole_rows] > WARP) & free[whole_rows]]  # host sync
+    long_whole = whole[(width[whole_rows] > widest) & free[whole_rows]]  # host sync
     items = cupy.ascontiguousarray(cupy.concatenate([long_whole, plan.items[plan.num_whole :]]))
     return SoftmaxLayout(plan, *staged, groups, items, len(long_whole))
 
 
-def softmax_layout(graph, heads, capacity):
-    """The cached softmax layout of a GPU graph for `heads` heads and a stage of `capacity`
-    elements per staged array (run_capacity)."""
+def softmax_layout(graph, heads, capacity, lane_elements):
+    """The cached softmax layout of a GPU graph for `heads` heads, a stage of `capacity`
+    elements per staged array (run_capacity) and lane groups of up to `lane_elements`
+    elements per lane (group_lane_elements)."""
     run_rows = _run_rows(graph, heads, capacity)
     # RUN_ROWS too: forced to 0 it also stops single rows, where a run_rows of 0 does not.
     key = (
         "gpu_softmax_layout",
         heads,
         capacity,
+        lane_elements,
         run_rows,
         RUN_ROWS,
         BLOCK_ROW_FLOOR,
         SINGLE_ROW_FLOOR,
         WHOLE_ROW_EDGES,
+        GROUP_MIN_LANES,
     )
-    return graph.cached(key, lambda: _build_softmax_layout(graph, heads, capacity, run_rows))
+    return graph.cached(key, lambda: _build_softmax_layout(graph, heads, capacity, run_rows, lane_elements))

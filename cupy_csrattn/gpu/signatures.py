@@ -78,7 +78,7 @@ for _mode in SOFTMAX_MODES:
     _declare(
         "softmax",
         [f"softmax_groups_{_mode}"],
-        _params(f"const i64* rows, i64 num_rows, int S, int H, const i64* indptr, {_unstaged}, lse_t* lse_out?"),
+        _params(f"const i64* rows, i64 num_rows, int S, int K, int H, const i64* indptr, {_unstaged}, lse_t* lse_out?"),
     )
     _declare(
         "softmax",

@@ -18,7 +18,8 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
     # The staged kernels stage g as the data type: a g in another (grad_scores's float32 dot
     # products of float16 data) takes the others alone, the layout of a stage of no elements.
     staged = g is None or g.dtype == dtype
-    layout = plans.softmax_layout(graph, heads, plans.run_capacity(dtype, 1 if g is None else 2) if staged else 0)
+    capacity = plans.run_capacity(dtype, 1 if g is None else 2) if staged else 0
+    layout = plans.softmax_layout(graph, heads, capacity, plans.group_lane_elements(dtype))
     plan = layout.plan
     state_dtype = accumulation_dtype(dtype)
     partial = scratch((plan.num_split_items, heads, 2), state_dtype) if plan.num_split_items else None
@@ -58,8 +59,8 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
                 num_rows=graph.num_dst,
                 **whole_rows,
             )
-        for size, rows in layout.groups:
-            rows_per_warp = WARP // size
+        for lanes, per_lane, rows in layout.groups:
+            rows_per_warp = WARP // lanes
             launch(
                 f"softmax_groups_{mode}",
                 dtype,
@@ -67,7 +68,8 @@ def run_softmax(mode, graph, a, g=None, lse_in=None, out=None, lse_out=None):
                 warp_grid((len(rows) + rows_per_warp - 1) // rows_per_warp),
                 rows=rows,
                 num_rows=len(rows),
-                S=size,
+                S=lanes,
+                K=per_lane,
                 **whole_rows,
             )
         launch(
