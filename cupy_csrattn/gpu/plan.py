@@ -124,8 +124,8 @@ RUN_ROWS = None
 BLOCK_ROW_FLOOR = None
 #: Whole rows wider than this many elements that fit a warp's stage and that no run or block
 #: takes are staged alone, as runs of one row (softmax_runs with R = 1), instead of being
-#: read twice by softmax_rows, which keeps only rows of up to 8 elements per lane (CACHED in
-#: softmax.cu) in registers. False turns this off; so does RUN_ROWS = 0 (no runs at all).
+#: read twice by softmax_rows, which keeps only rows of up to 8 elements per lane
+#: (kernels.CACHED) in registers. False turns this off; so does RUN_ROWS = 0 (no runs at all).
 SINGLE_ROW_FLOOR = 8 * WARP
 #: Lane groups (softmax_groups) for the whole rows no staged kernel takes, H a power of two:
 #: rows of up to WARP * K elements (K: group_lane_elements), a group of S lanes per row
