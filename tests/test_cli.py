@@ -1195,6 +1195,33 @@ def test_simple_baseline_takes_turns_with_the_library_on_small_graphs(small):
         assert simple["ms"] == 0.004 and "csrattn_ms_in_turns" not in simple
 
 
+def test_a_baseline_failing_in_turns_is_skipped_with_its_reason():
+    """A simple kernel that fails while timed in turns with the library's op is recorded as
+    skipped, like any baseline that cannot run, and the bench goes on."""
+    graph = ca.CSRGraph(np.array([0, 1, 3], np.int32), np.array([0, 0, 1], np.int32), 2)
+    bench = bm.GraphBench("g", graph, bm.CpuDevice(repeat=1), 1e9)
+    device = bench.device = _TurnsDevice()
+
+    def failing(fns):
+        raise RuntimeError("launch failed\nmore")
+
+    device.time_in_turns = failing
+    device.free = lambda: None
+
+    class Kernels:
+        max_degree = 2
+
+        def softmax(self, s):
+            return s
+
+    bench._simple = Kernels()
+    case = bm.Case("edge_softmax", "float32", 8, 0, baselines=True)
+    bench.library(case, lambda s: None, ["a"], 64)
+    bench.simple_baseline(case, lambda kernels, s: kernels.softmax(s), ["a"], 64)
+    assert [r["method"] for r in bench.records] == ["csrattn"]
+    assert bench.skipped[-1]["method"] == "simple" and bench.skipped[-1]["reason"] == "RuntimeError: launch failed"
+
+
 def test_write_json_replaces_the_file_whole_or_not_at_all(tmp_path, monkeypatch):
     """A write stopped before its end leaves the earlier file whole and no temporary file; a
     directory in the file's place is an error, with nothing left behind either."""
