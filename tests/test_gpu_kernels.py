@@ -510,6 +510,11 @@ def test_softmax_strategies_match_cpu(
     grad_probs[ip[special[0]] : ip[special[0] + 1]] = np.inf  # on zero weights: adds nothing
     got = ca.edge_softmax_backward(gg, d(probs), d(grad_probs))
     _close(got, ca.edge_softmax_backward(g, probs, grad_probs), dtype)
+    # The backward's two inputs and its output one element into their buffers.
+    views = [cupy.empty(size + 1, dtype)[1:].reshape(edge_shape) for _ in range(3)]
+    views[0][...], views[1][...] = d(probs), d(grad_probs)
+    ca.edge_softmax_backward(gg, views[0], views[1], out=views[2])
+    assert cupy.asnumpy(views[2]).tobytes() == cupy.asnumpy(got).tobytes()
 
     finite = np.nan_to_num(scores, nan=0.0, posinf=0.0, neginf=-np.inf).astype(dtype)
     values = rng.standard_normal((g.num_src, *trailing_shape(heads), 4)).astype(dtype)
