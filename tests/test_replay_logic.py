@@ -888,3 +888,19 @@ def test_a_caller_keeping_every_result_pauses_the_arenas(public):
     assert len(addresses) == len(kept)
     for out, x in kept:
         _check(out, x)
+
+
+def test_a_call_with_an_array_of_size_0_is_never_recorded(public):
+    """Such a call takes the full path every time: its op validates it (the key's shape tells a
+    replay apart, so the size is tested only before a call would be recorded)."""
+    calls = []
+
+    def op(graph, x, y):
+        calls.append(1)
+        return y
+
+    graph, x, empty = FakeGraph(), _x(0), FakeArray((0,), np.float32)
+    wrapped = replay.replayed(op)
+    for _ in range(4):
+        assert wrapped(graph, x, empty) is empty
+    assert len(calls) == 4 and not graph.cache.get("replay records")

@@ -152,6 +152,7 @@ class Layout:
 
 
 _SHAPE = operator.attrgetter("shape")
+_getrefcount, _getweakrefcount = sys.getrefcount, weakref.getweakrefcount
 
 
 class Arena:
@@ -195,12 +196,13 @@ class Arena:
         counts are those ``watch`` noted, no weak reference, shapes unchanged). The first
         object (a result, where there is one) is looked at first: it is the one a caller
         holds."""
+        watched, headers = self._watched, self._headers
         return (
             stream == self.stream
-            and sys.getrefcount(self._watched[0]) == self._first
-            and list(map(sys.getrefcount, self._watched)) == self._counts
-            and not any(map(weakref.getweakrefcount, self._headers))
-            and list(map(_SHAPE, self._headers)) == self._shapes
+            and _getrefcount(watched[0]) == self._first
+            and [*map(_getrefcount, watched)] == self._counts
+            and not any(map(_getweakrefcount, headers))
+            and [*map(_SHAPE, headers)] == self._shapes
         )
 
 
