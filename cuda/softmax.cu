@@ -164,6 +164,13 @@ __device__ __forceinline__ void write_edges(const scalar_t* a, const grad_t<MODE
 // The warps take the split items first: each walks a thousand edges and more, a chain of
 // loads that, taken last (their place in the plan), was the launch's tail, every other warp
 // done; taken first, the whole rows fill in around them.
+// The edges per lane in flight of the loops over long rows (softmax_rows' split items and
+// unstaged rows, softmax_write) are counts for 4-byte data: float16's forward and lse take twice
+// as many, so that a warp has as many bytes in flight (these loops wait on them). The gradient
+// modes read two arrays, and would spill (float16 softmax_write_grad_probs 47 -> 80 registers,
+// 12 bytes spilled; ptxas, sm_90).
+__device__ constexpr int batch_scale(int mode) { return sizeof(scalar_t) == 2 && softmax_keeps_max(mode) ? 2 : 1; }
+
 template <int MODE>
 __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i64 num_whole, int H,
                                              const scalar_t* a, const grad_t<MODE>* g, const lse_t* lse_in,
@@ -245,7 +252,7 @@ __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i6
             // blocks per SM (ROWS_BOUNDS_forward); half that for the other modes, whose
             // registers would otherwise grow (float32 lse 40 -> 48, grad_scores 48 -> 64;
             // float16 grad_probs 48 -> 58; ptxas, sm_90).
-            constexpr int BATCH_EDGES = MODE == SOFTMAX_FORWARD ? CACHED : CACHED / 2;
+            constexpr int BATCH_EDGES = (MODE == SOFTMAX_FORWARD ? CACHED : CACHED / 2) * batch_scale(MODE);
             const acc_t lse_row = softmax_probs_from_lse(MODE) ? lse_in[item.row * H + head] : (acc_t)0;
             for (i64 e0 = item.begin + lane_edge; e0 < item.end; e0 += (i64)BATCH_EDGES * R) {
                 acc_t x[BATCH_EDGES], grad[BATCH_EDGES];
@@ -319,10 +326,10 @@ __device__ __forceinline__ void softmax_merge(const i64* split_rows, i64 num_spl
     }
 }
 
-// Edges per batch of the split rows' write pass: a lane walks up to WHOLE_ROW_EDGES / R edges
-// of its item, and loading one edge at a time its loop waited on each load
-// (softmax_write_forward moved 1.5 TB/s on an R-MAT graph, H200). softmax_rows writes its
-// unstaged whole rows one edge at a time: a batch there costs registers (float32
+// Edges per batch (of 4-byte data: batch_scale) of the split rows' write pass: a lane walks up
+// to WHOLE_ROW_EDGES / R edges of its item, and loading one edge at a time its loop waited on
+// each load (softmax_write_forward moved 1.5 TB/s on an R-MAT graph, H200). softmax_rows writes
+// its unstaged whole rows one edge at a time: a batch there costs registers (float32
 // softmax_rows_forward 40 -> 44-48, five blocks per SM instead of six).
 constexpr int SPLIT_WRITE_BATCH = 8;
 
@@ -341,8 +348,9 @@ __device__ __forceinline__ void softmax_write(const i64* items, i64 num_items, i
     for (int head0 = 0; head0 < H; head0 += WARP) {
         const HeadLanes lanes = head_lanes(min(WARP, H - head0));
         int head = head0 + lanes.h;
-        write_edges<MODE, SPLIT_WRITE_BATCH>(a, g, lse_in, out, item.row, item.begin, item.end, H, head, lanes.k,
-                                             lanes.R, lanes.k < lanes.R, row_states[item.split * H + head]);
+        write_edges<MODE, SPLIT_WRITE_BATCH * batch_scale(MODE)>(a, g, lse_in, out, item.row, item.begin, item.end,
+                                                                 H, head, lanes.k, lanes.R, lanes.k < lanes.R,
+                                                                 row_states[item.split * H + head]);
     }
 }
 
