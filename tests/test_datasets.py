@@ -604,6 +604,8 @@ def test_missing_files(tmp_path):
         ({"add_self_loops": "yes"}, TypeError, "add_self_loops must be True or False, got str"),
         ({"return_values": None}, TypeError, "return_values must be True or False, got NoneType"),
         ({"dtype": "no such type"}, TypeError, "dtype must be a NumPy dtype, got 'no such type'"),
+        ({"dtype": "\n"}, TypeError, r"dtype must be a NumPy dtype, got '\\n'"),  # NumPy: uint64
+        ({"dtype": "\t"}, TypeError, r"dtype must be a NumPy dtype, got '\\t'"),  # NumPy: int64
         ({"dtype": str}, ValueError, "dtype must be a bool, integer, float or complex dtype, got <U0"),
         ({"dtype": "datetime64[s]"}, ValueError, "dtype must be a bool, .* got datetime64"),
         ({"dtype": object}, ValueError, "dtype must be a bool, .* got object"),
@@ -614,6 +616,8 @@ def test_missing_files(tmp_path):
         "add_self_loops",
         "return_values",
         "dtype-name",
+        "dtype-newline",
+        "dtype-tab",
         "dtype-str",
         "dtype-datetime",
         "dtype-object",

@@ -18,6 +18,10 @@ def check_options(transpose, add_loops, return_values, dtype, max_nodes):
     add_loops = backend.flag("add_self_loops", add_loops)
     return_values = backend.flag("return_values", return_values)
     if dtype is not None:
+        # NumPy reads some control characters as type codes ("\n" as uint64, "\t" as int64):
+        # a name with whitespace or control characters is not a dtype the caller meant.
+        if isinstance(dtype, str) and not (dtype.isprintable() and dtype == dtype.strip()):
+            raise TypeError(f"dtype must be a NumPy dtype, got {dtype!r}")
         try:
             dtype = np.dtype(dtype)
         except TypeError:
