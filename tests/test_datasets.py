@@ -542,6 +542,10 @@ def test_mtx_array_format_with_comments_after_values(tmp_path):
         ("%%MatrixMarket matrix array real symmetric\n2 3\n1\n2\n3\n", 2, "must be square, got 2 x 3"),
         ("%%MatrixMarket matrix array real general\n1 2\n1\n2\n3\n", 5, "more than the 2 values of the 1 x 2"),
         ("%%MatrixMarket matrix array real general\n2 1\n1\nx\n", 4, "'x' is not a number"),
+        # numpy.loadtxt reads a number beyond float64's range as an infinity
+        ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 inf\n2 2 1e400\n", 4, "'1e400' is beyond"),
+        ("%%MatrixMarket matrix array real general\n2 1\n1\n-1E999\n", 4, "(it would read as -inf)"),
+        ("%%MatrixMarket matrix coordinate complex general\n1 1 1\n1 1 0 2e308\n", 3, "column 4: '2e308' is beyond"),
         ("%%MatrixMarket matrix array integer general\n2 1\n1\n2.5\n", 4, "'2.5' is not an integer"),
         ("%%MatrixMarket matrix array real general\n2 1\n1 2\n3\n", 3, "expected 1 column"),
         ("%%MatrixMarket matrix array complex general\n1 1\n1\n", 3, "expected 2 columns"),
@@ -905,6 +909,7 @@ def test_edge_list_num_nodes_beyond_memory_is_named(tmp_path, monkeypatch, text,
         ("1 2\n0 1\n", {"one_based": True}, 2, "column 1: id 0 in a one-based file"),
         ("0 1\n1 5\n", {"num_nodes": 3}, 2, "out of range 0..2"),
         ("0 1 0.5\n1 2 oops\n", {}, 2, "'oops' is not a number"),
+        ("0 1 -Infinity\n1 2 -1e309\n", {}, 2, "column 3: '-1e309' is beyond float64's range"),
     ],
 )
 def test_edge_list_malformed_names_file_and_line(tmp_path, text, kwargs, line, message):
@@ -929,6 +934,21 @@ def test_edge_list_large_file_error_found_by_line(tmp_path):
     n = int(edges.max()) + 1
     expected, _ = ca.CSRGraph.from_edge_index(edges[:, 0], edges[:, 1], n, n)
     assert same_graph(graph, expected)
+
+
+def test_infinities_load_and_numbers_beyond_float64_are_found_by_line(tmp_path):
+    """Infinities written as such load in every spelling numpy.loadtxt reads, however many; a
+    number that only overflows to one is a ValueError naming its line, late in a large file."""
+    spellings = ["inf", "-inf", "+Inf", "INFINITY", "-Infinity", "1.5", "nan"]
+    lines = [f"{i % 900} {(i * 7) % 900} {spellings[i % len(spellings)]}" for i in range(200_000)]
+    path = write(tmp_path / "inf.txt", "\n".join(lines) + "\n")
+    graph, values = datasets.load_edge_list(path, return_values=True)
+    written = np.array([spellings[i % len(spellings)] for i in range(200_000)], dtype=np.float64)
+    np.testing.assert_array_equal(np.sort(values), np.sort(written))  # NaNs sort last, equal
+    lines[199_990] = "3 4 1e999"
+    write(path, "\n".join(lines) + "\n")
+    with error_at(path, 199_991):
+        datasets.load_edge_list(path)
 
 
 def test_load_dispatches_on_the_name(tmp_path):

@@ -79,7 +79,8 @@ def load_edge_list(
     ValueError
         ``"{path}:{line}: ..."`` for a line with a column count other than the first data
         line's (which must be at least 2), a non-integer, negative or out-of-range id, a 0
-        in a one-based file, a third column that is not a number, or an id making more than
+        in a one-based file, a third column that is not a number or is a finite number beyond
+        float64's range (``1e400``; an infinity written as one loads), or an id making more than
         ``max_nodes`` nodes (see there). Also ``num_nodes`` above ``2**62``.
     TypeError
         ``delimiter`` or ``comments`` that is not a string, ``num_nodes`` or ``max_nodes``

@@ -75,7 +75,8 @@ def load_mtx(path, *, transpose=False, add_self_loops=False, dtype=None, return_
         ``"{path}:{line}: ..."`` for a bad header or size line (a size of ``2**62`` or more,
         beyond what 64-bit indices can address; more rows or columns than ``max_nodes``), an
         entry with the wrong number of columns, a non-integer or out-of-range index, a value
-        that is not a number, or more or fewer entries than the size line declares.
+        that is not a number or is a finite number beyond float64's range (``1e400``; an
+        infinity written as one loads), or more or fewer entries than the size line declares.
     TypeError
         ``transpose``, ``add_self_loops`` or ``return_values`` that is not a bool, ``dtype``
         that is not a dtype, ``max_nodes`` that is not an integer (checked before the file

@@ -200,7 +200,32 @@ class TextFile:
         except (ValueError, OverflowError) as error:
             raise self._first_bad_line(offset, line, kinds, what, error) from None
         columns = [data[f"f{c}"] for c, kind in enumerate(kinds) if kind != "skip"]
-        return Table(self, offset, line, columns, len(data))
+        table = Table(self, offset, line, columns, len(data))
+        for column, kind in enumerate(kinds):
+            if kind == "float":
+                self._check_range(table, data[f"f{column}"], column)
+        return table
+
+    def _check_range(self, table, values, column):
+        """ValueError naming the first line whose token in ``column`` is a finite number beyond
+        float64's range: loadtxt reads 1e400 as inf, another number than the file's. Only the
+        pieces of the file holding an infinity are read again, as tokens."""
+        infinite = np.flatnonzero(np.isinf(values))
+        first_row = 0
+        for start, _, end in self._pieces(table.offset, table.line):
+            if not len(infinite) or first_row > infinite[-1]:
+                return
+            rows = self._count(start, end)
+            here = infinite[(infinite >= first_row) & (infinite < first_row + rows)]
+            if len(here):
+                tokens = self._load(self.raw[start:end], np.dtype("S"), usecols=column)[here - first_row]
+                written = np.char.lower(np.char.lstrip(tokens, b"+-"))
+                bad = np.flatnonzero((written != b"inf") & (written != b"infinity"))
+                if len(bad):
+                    row, token = int(here[bad[0]]), tokens[bad[0]].decode(errors="replace")
+                    message = f"{token!r} is beyond float64's range (it would read as {values[row]})"
+                    raise table.error(row, f"column {column + 1}: {message}")
+            first_row += rows
 
     def count_data_lines(self, offset=0, line=0):
         """Number of lines with tokens from byte ``offset`` on."""
