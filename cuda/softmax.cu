@@ -154,16 +154,6 @@ __device__ __forceinline__ void write_edges(const scalar_t* a, const grad_t<MODE
     }
 }
 
-// One warp per plan item (edges [begin, end) of one row; see Item), heads in passes of
-// G = min(32, H - head0): lane k * G + h works on head head0 + h of edges begin + k + j * R,
-// R = 32 / G (the HeadLanes layout). Items covering a whole row finish here; split items
-// write their partial states to partial (merged by softmax_merge, applied by
-// softmax_write). Bound: memory; rows of up to CACHED elements per lane stay in registers
-// between the reduction and the write (one read, one write); longer ones are read CACHED
-// elements per lane at a time, all in flight together.
-// The warps take the split items first: each walks a thousand edges and more, a chain of
-// loads that, taken last (their place in the plan), was the launch's tail, every other warp
-// done; taken first, the whole rows fill in around them.
 // The edges per lane in flight of the loops over long rows (softmax_rows' split items and
 // unstaged rows, softmax_write) are counts for 4-byte data: float16's forward and lse take twice
 // as many, so that a warp has as many bytes in flight (these loops wait on them). The gradient
@@ -171,6 +161,16 @@ __device__ __forceinline__ void write_edges(const scalar_t* a, const grad_t<MODE
 // 12 bytes spilled; ptxas, sm_90).
 __device__ constexpr int batch_scale(int mode) { return sizeof(scalar_t) == 2 && softmax_keeps_max(mode) ? 2 : 1; }
 
+// One warp per plan item (edges [begin, end) of one row; see Item), heads in passes of
+// G = min(32, H - head0): lane k * G + h works on head head0 + h of edges begin + k + j * R,
+// R = 32 / G (the HeadLanes layout). Items covering a whole row finish here; split items
+// write their partial states to partial (merged by softmax_merge, applied by
+// softmax_write). Bound: memory; rows of up to CACHED elements per lane stay in registers
+// between the reduction and the write (one read, one write); longer ones are read in batches
+// of up to CACHED elements per lane (times batch_scale), each batch in flight together.
+// The warps take the split items first: each walks a thousand edges and more, a chain of
+// loads that, taken last (their place in the plan), was the launch's tail, every other warp
+// done; taken first, the whole rows fill in around them.
 template <int MODE>
 __device__ __forceinline__ void softmax_rows(const i64* items, i64 num_items, i64 num_whole, int H,
                                              const scalar_t* a, const grad_t<MODE>* g, const lse_t* lse_in,
