@@ -208,8 +208,9 @@ class TextFile:
 
     def _check_range(self, table, values, column):
         """ValueError naming the first line whose token in ``column`` is a finite number beyond
-        float64's range: loadtxt reads 1e400 as inf, another number than the file's. Only the
-        pieces of the file holding an infinity are read again, as tokens."""
+        float64's range: loadtxt reads 1e400 as inf, another number than the file's. The file's
+        pieces up to its last infinity are counted again, and only those holding one are read
+        for their tokens; a file without an infinity is not read again."""
         infinite = np.flatnonzero(np.isinf(values))
         first_row = 0
         for start, _, end in self._pieces(table.offset, table.line):
