@@ -126,7 +126,7 @@ BLOCK_ROW_FLOOR = None
 #: takes are staged alone, as runs of one row (softmax_runs with R = 1), instead of being
 #: read twice by softmax_rows, which keeps only rows of up to 8 elements per lane
 #: (kernels.CACHED) in registers. False turns this off; so does RUN_ROWS = 0 (no runs at all).
-SINGLE_ROW_FLOOR = 8 * WARP
+SINGLE_ROW_FLOOR = CACHED * WARP
 #: Lane groups (softmax_groups) for the whole rows no staged kernel takes, H a power of two:
 #: rows of up to WARP * K elements (K: group_lane_elements), a group of S lanes per row
 #: (32 / S rows per warp) holding up to K elements each, S the larger of H, GROUP_MIN_LANES
