@@ -80,11 +80,23 @@ def _describe(function, args, kwargs):
     return tuple(key), arrays, addresses, out_at
 
 
-def _out_overlaps(arrays, out_at):
-    """Whether the caller's out= (``arrays[out_at]``) overlaps another of its arrays: such a
-    call is computed apart (ops/placement.py), neither recorded nor replayed."""
-    out = arrays[out_at]
-    return any(index != out_at and backend.may_share_memory(out, a) for index, a in enumerate(arrays))
+def _extents(arrays):
+    """Each (non-empty) array's [low, high) bytes as offsets from its address: the bounds
+    backend.may_share_memory compares. The description fixes each array's shape and strides,
+    so every call of one key has the same."""
+    return [tuple(bound - a.data.ptr for bound in backend.byte_bounds(a)) for a in arrays]
+
+
+def _out_overlaps(addresses, extents, out_at):
+    """Whether out= (the array at ``out_at``) of a call whose arrays are at ``addresses``, with
+    these extents, overlaps another of them: such a call is computed apart
+    (ops/placement.py), neither recorded nor replayed."""
+    low, high = extents[out_at]
+    first, last = addresses[out_at] + low, addresses[out_at] + high
+    for index, (low, high) in enumerate(extents):
+        if index != out_at and addresses[index] + low < last and first < addresses[index] + high:
+            return True
+    return False
 
 
 def _source(array, arrays, allocations):
@@ -169,24 +181,18 @@ class Replay:
         self._graph_at = None  # the addresses the graph's nodes were last given
         self._lock = threading.Lock()  # the argument slots and the arena serve one call at a time
         # Whether a later call's out= overlaps another of its arrays is a test of its addresses
-        # alone: the description fixes each array's shape and strides, so its bytes lie at the
-        # same [low, high) offsets from its address (backend.may_share_memory's bounds) in
-        # every call, and out= at the same index.
+        # alone: every call of the key has these extents, and out= at the same index.
         self._out_at = out_at
-        self._extents = [tuple(bound - a.data.ptr for bound in backend.byte_bounds(a)) for a in arrays]
+        self._extents = _extents(arrays)
         self._apart = None  # the addresses last found apart: a caller reusing its buffers repeats them
 
     def out_overlaps(self, addresses):
         """Whether the out= of a call with these ``addresses`` overlaps another of its arrays
         (False for calls without one)."""
-        at, extents = self._out_at, self._extents
-        if at is None or addresses == self._apart:
+        if self._out_at is None or addresses == self._apart:
             return False
-        low, high = extents[at]
-        first, last = addresses[at] + low, addresses[at] + high
-        for index, (low, high) in enumerate(extents):
-            if index != at and addresses[index] + low < last and first < addresses[index] + high:
-                return True
+        if _out_overlaps(addresses, self._extents, self._out_at):
+            return True
         self._apart = addresses
         return False
 
@@ -331,7 +337,7 @@ def replayed(function):
             return function(*args, **kwargs) if result is NO_CONTEXT else result
         if record is None or len(records) >= MAX_RECORDS_PER_GRAPH or not all(map(_SIZE, arrays)):
             return function(*args, **kwargs)
-        if out_at is not None and _out_overlaps(arrays, out_at):
+        if out_at is not None and _out_overlaps(addresses, _extents(arrays), out_at):
             return function(*args, **kwargs)
         if record == 0:  # first occurrence: may build the graph's derived data
             result = function(*args, **kwargs)
