@@ -187,8 +187,8 @@ class Arena:
     def watch(self):
         """Note the reference counts of the arena's objects, called where nothing but the
         arena refers to them (no caller's variable): ``free`` compares with these."""
-        self._counts = list(map(sys.getrefcount, self._watched))
-        self._first = sys.getrefcount(self._watched[0])
+        self._counts = list(map(_getrefcount, self._watched))
+        self._first = _getrefcount(self._watched[0])
 
     def free(self, stream):
         """True where the arena may serve a replay on ``stream``: it was watched, last used on
