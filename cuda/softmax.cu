@@ -550,15 +550,19 @@ constexpr int ASYNC_ELEMENTS = ASYNC_BYTES / (int)sizeof(scalar_t);
 // with cp.async, thread t of the T that share the stage taking units (ASYNC_ELEMENTS
 // elements) t, t + T, ...: a warp's copy reads 32 consecutive units, and every unit of the
 // stage is in flight at once, held in no register. Readers wait for them with stage_wait,
-// then synchronize the T threads.
+// then synchronize the T threads. T is a multiple of WARP (a warp, or a block).
 __device__ __forceinline__ void stage_in_async(const scalar_t* src, int count, scalar_t* stage, int at, int t,
                                                int T) {
 #if STAGE_ASYNC
     const int units = count / ASYNC_ELEMENTS;
-    for (int u = t; u < units; u += T) {
-        const unsigned int to = (unsigned int)__cvta_generic_to_shared(stage + run_slot(at + u * ASYNC_ELEMENTS));
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(to), "l"(src + u * ASYNC_ELEMENTS),
-                     "n"(ASYNC_BYTES)
+    // T units are a whole number of padding periods (WARP * STAGE_PACK elements), so every step
+    // moves a thread's slot by run_slot(T * ASYNC_ELEMENTS): one add a unit where run_slot of
+    // each took three instructions, in kernels bound by instruction issue (float16).
+    unsigned int to = (unsigned int)__cvta_generic_to_shared(stage + run_slot(at + t * ASYNC_ELEMENTS));
+    const unsigned int to_step = (unsigned int)(run_slot(T * ASYNC_ELEMENTS) * sizeof(scalar_t));
+    const scalar_t* from = src + t * ASYNC_ELEMENTS;
+    for (int u = t; u < units; u += T, to += to_step, from += T * ASYNC_ELEMENTS) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(to), "l"(from), "n"(ASYNC_BYTES)
                      : "memory");
     }
     // float16: an odd count leaves one element, copied through a register.
@@ -590,7 +594,7 @@ __device__ __forceinline__ void stage_load(const scalar_t* src, int count, scala
 }
 
 // Copies the stage slots run_slot(at .. at + count) (`at` even) to `count` elements of dst
-// (global), threads as in stage_in.
+// (global), threads as in stage_in (T a multiple of WARP).
 __device__ __forceinline__ void stage_out(const scalar_t* stage, int at, int count, scalar_t* dst, int t, int T) {
     constexpr int PER_CHUNK = 16 / (int)sizeof(scalar_t);
     const ChunkSplit split = chunk_split(dst, count);
@@ -598,18 +602,45 @@ __device__ __forceinline__ void stage_out(const scalar_t* stage, int at, int cou
     if (t < split.lead) dst[t] = stage[run_slot(at + t)];
     if (tail + t < count) dst[tail + t] = stage[run_slot(at + tail + t)];
     int4* chunks = reinterpret_cast<int4*>(dst + split.lead);
-    const bool by_words = stage_by_words(split.lead);
-    for (int c = t; c < split.chunks; c += T) {
-        StageChunk v;
-        const int i0 = at + split.lead + c * PER_CHUNK;
-        if (by_words) {
+    // T chunks are a whole number of padding periods (T is a multiple of WARP), so each of a
+    // thread's chunks has its words (or elements) at the first one's slots plus
+    // run_slot(T * PER_CHUNK): a move of each address, not a run_slot of each.
+    const int i0 = at + split.lead + t * PER_CHUNK;
+    const int moved = run_slot(T * PER_CHUNK);
+    if (stage_by_words(split.lead)) {
+        const unsigned int* from[4];
 #pragma unroll
-            for (int q = 0; q < 4; ++q) v.w[q] = *stage_word(stage, i0 + q * STAGE_PACK);
-        } else {
+        for (int q = 0; q < 4; ++q) from[q] = stage_word(stage, i0 + q * STAGE_PACK);
+        for (int c = t; c < split.chunks; c += T) {
+            StageChunk v;
 #pragma unroll
-            for (int q = 0; q < PER_CHUNK; ++q) v.s[q] = stage[run_slot(i0 + q)];
+            for (int q = 0; q < 4; ++q) {
+                v.w[q] = *from[q];
+                from[q] += moved / STAGE_PACK;
+            }
+            chunks[c] = v.q;
         }
-        chunks[c] = v.q;
+    } else if (STAGE_PACK == 1) {
+        const scalar_t* from[PER_CHUNK];
+#pragma unroll
+        for (int q = 0; q < PER_CHUNK; ++q) from[q] = stage + run_slot(i0 + q);
+        for (int c = t; c < split.chunks; c += T) {
+            StageChunk v;
+#pragma unroll
+            for (int q = 0; q < PER_CHUNK; ++q) {
+                v.s[q] = *from[q];
+                from[q] += moved;
+            }
+            chunks[c] = v.q;
+        }
+    } else {  // float16 at an odd offset: eight addresses to hold would cost its kernels registers
+        for (int c = t; c < split.chunks; c += T) {
+            StageChunk v;
+            const int i = i0 + (c - t) * PER_CHUNK;
+#pragma unroll
+            for (int q = 0; q < PER_CHUNK; ++q) v.s[q] = stage[run_slot(i + q)];
+            chunks[c] = v.q;
+        }
     }
 }
 
@@ -665,25 +696,31 @@ struct StageHeads {
     acc_t v[V];
 };
 
-// Elements i .. i + V - 1 of the stage (V = 2: one 32-bit word of float16, i even).
+// The passes over the stage walk units of V elements (one edge's V heads): unit u is element u
+// (V = 1), or, for V = STAGE_PACK = 2, the 32-bit word u (elements 2u and 2u + 1), which is
+// stage word u + u / WARP (run_slot(2u) / 2): one shift-add, where run_slot of the element
+// index took three instructions in passes that float16 leaves bound by instruction issue.
+__device__ __forceinline__ int stage_unit_word(int u) { return u + (int)((unsigned)u / WARP); }
+
+// Unit u of the stage.
 template <int V>
-__device__ __forceinline__ StageHeads<V> stage_heads(const scalar_t* stage, int i) {
+__device__ __forceinline__ StageHeads<V> stage_heads(const scalar_t* stage, int u) {
     StageHeads<V> x;
     if (V == 1) {
-        x.v[0] = to_acc(stage[run_slot(i)]);
+        x.v[0] = to_acc(stage[run_slot(u)]);
     } else {
-        const unsigned int word = *stage_word(stage, i);
+        const unsigned int word = reinterpret_cast<const unsigned int*>(stage)[stage_unit_word(u)];
 #pragma unroll
         for (int h = 0; h < V; ++h) x.v[h] = to_acc((scalar_t)(word >> (16 * h)));
     }
     return x;
 }
 
-// Stores x, rounded to the data type, as elements i .. i + V - 1 of the stage.
+// Stores x, rounded to the data type, as unit u of the stage.
 template <int V>
-__device__ __forceinline__ void store_stage_heads(scalar_t* stage, int i, const StageHeads<V>& x) {
+__device__ __forceinline__ void store_stage_heads(scalar_t* stage, int u, const StageHeads<V>& x) {
     if (V == 1) {
-        store_scalar(stage + run_slot(i), x.v[0]);
+        store_scalar(stage + run_slot(u), x.v[0]);
     } else {
         scalar_t bits[V];
 #pragma unroll
@@ -691,7 +728,57 @@ __device__ __forceinline__ void store_stage_heads(scalar_t* stage, int i, const 
         unsigned int word = 0;
 #pragma unroll
         for (int h = 0; h < V; ++h) word |= (unsigned int)bits[h] << (16 * h);
-        *stage_word(stage, i) = word;
+        reinterpret_cast<unsigned int*>(stage)[stage_unit_word(u)] = word;
+    }
+}
+
+#if CSR_DTYPE == 2
+// The NaN-propagating max of two pairs of float16 values (32-bit words), pair by pair: a NaN
+// where either is one, else the larger (as nan_max of the values, to the bits).
+__device__ __forceinline__ unsigned int nan_max_pairs(unsigned int a, unsigned int b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned int m;
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(b));
+    return m;
+#else
+    unsigned int m = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const scalar_t x = (scalar_t)(a >> (16 * h)), y = (scalar_t)(b >> (16 * h));
+        const acc_t vx = to_acc(x), vy = to_acc(y);
+        m |= (unsigned int)(vx != vx ? x : vy != vy ? y : vx >= vy ? x : y) << (16 * h);
+    }
+    return m;
+#endif
+}
+#endif
+
+// m: the NaN-propagating max of each of the V heads over the units begin, begin + step, ...
+// (< end) of the stage, -inf where there are none. float16 pairs take it on the packed halves
+// (nan_max_pairs): one max.NaN.f16x2 a pair where converting each half first took four
+// instructions, and the same maxima (a half converts to acc_t exactly, in order).
+template <int V>
+__device__ __forceinline__ void stage_max(const scalar_t* stage, int begin, int end, int step, acc_t (&m)[V]) {
+#if CSR_DTYPE == 2
+    if (V == 2) {
+        const unsigned int* words = reinterpret_cast<const unsigned int*>(stage);
+        unsigned int pair = 0xfc00fc00u;  // (-inf, -inf)
+        for_stage_elements<STAGE_GROUP>(
+            begin, end, step, [&](int u) { return words[stage_unit_word(u)]; },
+            [&](int, unsigned int word) { pair = nan_max_pairs(pair, word); });
+#pragma unroll
+        for (int h = 0; h < V; ++h) m[h] = to_acc((scalar_t)(pair >> (16 * h)));
+    } else
+#endif
+    {
+#pragma unroll
+        for (int h = 0; h < V; ++h) m[h] = neg_inf();
+        for_stage_elements<STAGE_GROUP>(
+            begin, end, step, [&](int u) { return stage_heads<V>(stage, u); },
+            [&](int, const StageHeads<V>& s) {
+#pragma unroll
+                for (int h = 0; h < V; ++h) m[h] = nan_max(m[h], s.v[h]);
+            });
     }
 }
 
@@ -743,18 +830,17 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
         const int item = item0 + t / L;
         const bool valid = item < items;
         const int r = valid ? item / groups : 0, head = valid ? (item - r * groups) * V : 0;
-        const int begin = valid ? rows_at.begin(r) + head + sub * H : 0, end = valid ? rows_at.end(r) : 0;
-        const int step = L * H;
+        // The item's units (stage_heads; a row's elements start at an even offset, and V = 2
+        // only where H is even).
+        const int begin = valid ? (rows_at.begin(r) + head + sub * H) / V : 0, end = valid ? rows_at.end(r) / V : 0;
+        const int step = L * H / V;
         const i64 row = rows_at.row(r);
         if (softmax_keeps_max(MODE)) {
-            const auto staged = [&](int i) { return stage_heads<V>(stage_a, i); };
+            const auto staged = [&](int u) { return stage_heads<V>(stage_a, u); };
             acc_t m[V], shift[V], l[V];
 #pragma unroll
-            for (int h = 0; h < V; ++h) m[h] = neg_inf(), l[h] = 0;
-            for_stage_elements<STAGE_GROUP>(begin, end, step, staged, [&](int, const StageHeads<V>& s) {
-#pragma unroll
-                for (int h = 0; h < V; ++h) m[h] = nan_max(m[h], s.v[h]);
-            });
+            for (int h = 0; h < V; ++h) l[h] = 0;
+            stage_max<V>(stage_a, begin, end, step, m);
             item_allreduce<BLOCK>(m, Max(), L, spill);
 #pragma unroll
             for (int h = 0; h < V; ++h) shift[h] = row_shift(m[h]);
