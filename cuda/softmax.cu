@@ -826,10 +826,14 @@ __device__ __forceinline__ void stage_softmax_heads(scalar_t* stage_a, const sca
     int L = T;  // threads per item
     while (L > 1 && T / L < items) L >>= 1;
     const int sub = t & (L - 1);
+    // An item's row is item / groups: a shift where groups is a power of two (H is, most
+    // often), where the division took 26 instructions of the item's setup (SASS, sm_90).
+    const int groups_shift = (groups & (groups - 1)) == 0 ? __ffs(groups) - 1 : -1;
     for (int item0 = 0; item0 < items; item0 += T / L) {  // the same trips for every thread
         const int item = item0 + t / L;
         const bool valid = item < items;
-        const int r = valid ? item / groups : 0, head = valid ? (item - r * groups) * V : 0;
+        const int r = valid ? (groups_shift >= 0 ? item >> groups_shift : item / groups) : 0;
+        const int head = valid ? (item - r * groups) * V : 0;
         // The item's units (stage_heads; a row's elements start at an even offset, and V = 2
         // only where H is even).
         const int begin = valid ? (rows_at.begin(r) + head + sub * H) / V : 0, end = valid ? rows_at.end(r) / V : 0;
