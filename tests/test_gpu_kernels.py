@@ -446,7 +446,7 @@ def test_weightless_rows_add_nothing_to_the_backwards(cupy, plan_limits, monkeyp
     ],
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-@pytest.mark.parametrize("heads", [None, 1, 3, 8, 16, 40], ids=str)
+@pytest.mark.parametrize("heads", [None, 1, 2, 3, 8, 16, 40], ids=str)
 def test_softmax_strategies_match_cpu(
     cupy, plan_limits, monkeypatch, run_rows, block_floor, single_floor, groups, dtype, heads
 ):
@@ -455,7 +455,8 @@ def test_softmax_strategies_match_cpu(
     (block floor 0) or none (False), with every other whole row that fits a warp's stage
     staged alone (single-row floor 0), and the unstaged rows' lane groups of up to 8 elements
     per lane (the default; H = 16 gives groups of 32 lanes), 1 (rows of up to 32 elements)
-    and 2 with 32 lanes each; each mode (edge_softmax and its backward; the row lse and the
+    and 2 with 32 lanes each; H = 2 stages float16 as one pair of heads a row (one item per
+    row); each mode (edge_softmax and its backward; the row lse and the
     in-place grad_scores of attention_aggregate_backward), on rows that are empty, all -inf,
     hold a NaN or a +inf, beside ordinary rows and a hub row. The all -inf row's grad_probs
     and grad_out are inf: it adds nothing to the backwards (its zero weights gave NaN)."""
